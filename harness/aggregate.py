@@ -1,0 +1,80 @@
+"""From scored sample records to the per-(model, task) figures of measurement.md."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+
+from harness.stats import summarize
+
+TOKEN_DEFINITION = "generated_until_eos"
+
+
+def metric_table(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    names = sorted({name for s in samples for name in s["scores"]})
+    return {name: summarize([s["scores"][name] for s in samples if name in s["scores"]]).as_dict() for name in names}
+
+
+def group_tables(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-subject metrics; the overall mean over all samples is the size-weighted mean of these."""
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("group") is not None:
+            by_group[s["group"]].append(s)
+    return {group: metric_table(items) for group, items in sorted(by_group.items())}
+
+
+def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None) -> dict[str, Any]:
+    timed = [s for s in samples if not s.get("warmup")]
+    tokens = sum(s["gen_tokens"] for s in timed)
+    seconds = sum(s["latency_s"] for s in timed)
+    latencies = np.array([s["latency_s"] for s in timed], dtype=float)
+    forwards = sum(s["nfe"] for s in samples)
+
+    def pct(q: float) -> float | None:
+        return float(np.percentile(latencies, q)) if len(latencies) else None
+
+    return {
+        "token_definition": TOKEN_DEFINITION,
+        "tokens_per_second": tokens / seconds if seconds > 0 else None,
+        "tokens_per_forward": sum(s["gen_tokens"] for s in samples) / forwards if forwards else None,
+        "forwards_per_sample": forwards / len(samples) if samples else None,
+        "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
+                      "p50": pct(50), "p90": pct(90), "p99": pct(99)},
+        "gen_tokens_mean": float(np.mean([s["gen_tokens"] for s in samples])) if samples else None,
+        "gen_tokens_after_stop_mean": (float(np.mean([s["gen_tokens_after_stop"] for s in samples]))
+                                       if samples else None),
+        "canvas_tokens": max((s["canvas_tokens"] for s in samples), default=None),
+        "warmup_samples": len(samples) - len(timed),
+        "timed_samples": len(timed),
+        "batch_size": batch_size,
+        "peak_memory_bytes": peak_memory,
+    }
+
+
+def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Boolean flags become rates (empty, invalid, truncated); string flags (execution status) become counts."""
+    n = len(samples)
+    out: dict[str, Any] = {"truncated_rate": sum(bool(s["hit_max_tokens"]) for s in samples) / n if n else None}
+    keys = sorted({k for s in samples for k in s.get("diagnostics", {})})
+    for key in keys:
+        values = [s["diagnostics"][key] for s in samples if key in s.get("diagnostics", {})]
+        if all(isinstance(v, bool) for v in values):
+            out[f"{key}_rate"] = sum(values) / len(values)
+        else:
+            out[f"{key}_counts"] = dict(Counter(str(v) for v in values))
+    return out
+
+
+def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size: int,
+              peak_memory: int | None) -> dict[str, Any]:
+    return {
+        "n_samples": len(samples),
+        "primary_metric": primary_metric,
+        "metrics": metric_table(samples),
+        "groups": group_tables(samples),
+        "speed": speed_figures(samples, batch_size, peak_memory),
+        "diagnostics": diagnostic_rates(samples),
+    }

@@ -1,0 +1,181 @@
+"""Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``.
+
+Every mistake a user can make on the command line ends in one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+USAGE_ERROR = 2
+
+
+class UsageError(ValueError):
+    """Bad command-line input; the message is one line for the user."""
+
+
+def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = False) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if kind == "task" and names == ("all",):
+        return tuple(valid)
+    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith("hf:"))]
+    if unknown or not names:
+        extra = " (or hf:<hub id or local path>)" if allow_hf else ""
+        extra += " (or all)" if kind == "task" else ""
+        raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(value)}; valid {kind}s: "
+                         f"{', '.join(valid)}{extra}")
+    return names
+
+
+def parse_value(text: str) -> Any:
+    """JSON literals (numbers, true/false/null, quoted strings, lists); anything else stays a string."""
+    lowered = {"none": "null", "true": "true", "false": "false"}.get(text.lower(), text)
+    try:
+        return json.loads(lowered)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``MODEL.KEY=VALUE`` items; a bare ``KEY=VALUE`` applies to every model of the run."""
+    out: dict[str, dict[str, Any]] = {m: {} for m in models}
+    for item in items:
+        target, sep, value = item.partition("=")
+        if not sep or not target:
+            raise UsageError(f"--model-arg {item!r} is not MODEL.KEY=VALUE (e.g. refusion.slot_size=16)")
+        model, dot, key = target.rpartition(".")
+        if not dot:
+            for m in models:
+                out[m][key] = parse_value(value)
+        elif model not in out:
+            raise UsageError(f"--model-arg {item!r} names model {model!r}, which is not in --models "
+                             f"({', '.join(models)})")
+        else:
+            out[model][key] = parse_value(value)
+    return out
+
+
+def default_output(models: Sequence[str], tasks: Sequence[str]) -> Path:
+    """A folder named after the run's contents, so rerunning the same command resumes it."""
+    from harness.store import safe_name
+
+    return Path("runs") / safe_name(f"{'+'.join(models)}__{'+'.join(tasks)}")[:120]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_eval.py",
+        description="Evaluate diffusion and autoregressive language models side by side: accuracy and speed.",
+        epilog="Subcommands: `run_eval.py report RUN [RUN ...]` and `run_eval.py gate --baseline B --candidate C`.",
+    )
+    p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
+    p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
+    p.add_argument("--tasks", help="comma-separated task names, or all")
+    p.add_argument("--limit", type=int, help="first N items of each task")
+    p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>; reruns resume it)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1, help="first N samples per model × task left out of speed figures")
+    p.add_argument("--data", choices=["auto", "hub", "fixtures"], default="auto",
+                   help="where items come from: the hub (auto falls back to bundled fixtures when offline)")
+    p.add_argument("--data-dir", type=Path, help="local files in the hub schema, e.g. DIR/gsm8k/test.jsonl")
+    p.add_argument("--gen-length", type=int, help="canvas length for every task (default: each task's, 512)")
+    p.add_argument("--preset", help="decoding preset, e.g. paper (per-task settings from the models' papers)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="MODEL.KEY=VALUE",
+                   help="override a decoding option, e.g. refusion.slot_size=16 (repeatable)")
+    p.add_argument("--rescore", action="store_true", help="recompute scores from stored outputs, generate nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
+
+
+def list_registry() -> str:
+    from models.registry import MODELS
+    from tasks.registry import make_task, task_names
+
+    lines = ["models:"]
+    for spec in MODELS.values():
+        presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
+        lines.append(f"  {spec.name:<18} {spec.ref:<40} {spec.description}{presets}")
+    lines.append("  hf:<id or path>    any causal LM on the autoregressive adapter")
+    lines.append("tasks:")
+    for name in task_names():
+        task = make_task(name)
+        lines.append(f"  {name:<18} {task.dataset.hub_id:<40} primary {task.primary_metric}, "
+                     f"canvas {task.canvas_tokens}")
+    return "\n".join(lines)
+
+
+def settings_from_args(args: argparse.Namespace):
+    from harness.runner import RunSettings
+    from models.registry import model_names
+    from tasks.registry import task_names
+
+    if not args.models or not args.tasks:
+        raise UsageError("give --models and --tasks (see --list for the names)")
+    models = split_names(args.models, model_names(), "model", allow_hf=True)
+    tasks = split_names(args.tasks, task_names(), "task")
+    for flag, value in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--gen-length", args.gen_length)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    return RunSettings(
+        models=models, tasks=tasks, output=args.output or default_output(models, tasks), limit=args.limit,
+        seed=args.seed, device=args.device, dtype=args.dtype, batch_size=args.batch_size, warmup=args.warmup,
+        data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
+        model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
+    )
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from harness.runner import RunError
+    from models.base import ConfigError
+    from models.loading import ModelLoadError
+    from tasks.data import DataError
+
+    return (UsageError, RunError, ConfigError, ModelLoadError, DataError)
+
+
+def quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
+def run_main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        print(list_registry())
+        return 0
+    quiet_libraries()
+    from harness.runner import Runner
+    from harness.summary import summary_table
+
+    settings = settings_from_args(args)
+    payload = Runner(settings).run()
+    print(summary_table(payload["results"]))
+    print(f"results: {settings.output / 'results.json'}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return run_main(argv)
+    except user_errors() as error:
+        print(f"error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except KeyboardInterrupt:
+        print("interrupted: finished samples are stored; rerun the same command to resume", file=sys.stderr)
+        return 130

@@ -1,0 +1,48 @@
+"""The run manifest: everything needed to know whether two runs can be compared, and to reproduce one."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# Parts of a per-(model, task) manifest that change scores; the comparison tools warn when these differ.
+SCORING_FIELDS = ("task_version", "dataset", "data_sha256", "prompt_sha256", "canvas_tokens", "decoding", "model_ref")
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    if device.type == "cuda":
+        device_name, device_count = torch.cuda.get_device_name(device), torch.cuda.device_count()
+    else:
+        device_name, device_count = platform.processor() or platform.machine(), 1
+    return {
+        "harness_version": _version("dllm-harness"),
+        "git_commit": git_commit(Path(__file__).resolve().parent),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": _version("transformers"),
+        "lm_eval": _version("lm-eval"),
+        "platform": platform.platform(),
+        "device": str(device),
+        "device_name": device_name,
+        "device_count": device_count,
+    }

@@ -1,0 +1,79 @@
+"""The resume store: every finished generation is appended durably under a key derived from what determines it.
+
+One folder per (model, task) holds append-only JSONL shards (one per writer, so data-parallel ranks never share a
+file). A record is flushed and fsynced before the next batch starts, so a killed run loses only the batch in flight;
+a torn last line (the process died mid-write) is ignored on load. Loading merges all shards and drops duplicates, so
+a rerun with another number of writers resumes just as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+
+def sample_key(**parts: Any) -> str:
+    """A stable hash of everything that determines a generation (model, decoding config, prompt, seed, ...)."""
+    blob = json.dumps(parts, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe version of a model or task name (hub ids contain slashes)."""
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", name)
+
+
+class SampleStore:
+    def __init__(self, folder: Path, shard: str = "0"):
+        self.folder = folder
+        self.shard_path = folder / f"shard-{safe_name(shard)}.jsonl"
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        """All stored records by key, merged over shards; the first copy of a duplicated key wins."""
+        records: dict[str, dict[str, Any]] = {}
+        if not self.folder.exists():
+            return records
+        for path in sorted(self.folder.glob("shard-*.jsonl")):
+            for record in _read_tolerant(path):
+                records.setdefault(record["key"], record)
+        return records
+
+    def append(self, records: Iterable[dict[str, Any]]) -> None:
+        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        if not lines:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _repair_torn_tail(self.shard_path)
+        with self.shard_path.open("a", encoding="utf-8") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def _read_tolerant(path: Path) -> Iterable[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if not line.endswith("\n"):
+                return  # torn write from a killed process: the sample will be regenerated
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "key" in record:
+                yield record
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Drop a partial last line left by a killed writer, so the next append starts on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with path.open("rb+") as handle:
+        handle.seek(-1, os.SEEK_END)
+        if handle.read(1) == b"\n":
+            return
+        handle.seek(0)
+        handle.truncate(handle.read().rfind(b"\n") + 1)

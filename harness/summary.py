@@ -1,0 +1,34 @@
+"""The table printed at the end of a run."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pandas as pd
+
+
+def summary_frame(results: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        primary = r["metrics"].get(r["primary_metric"], {})
+        lo, hi = primary.get("ci95", [float("nan"), float("nan")])
+        speed = r["speed"]
+        rows.append({
+            "model": r["model"],
+            "task": r["task"],
+            "metric": r["primary_metric"],
+            "score": primary.get("value"),
+            "95% CI": f"[{lo:.3f}, {hi:.3f}]",
+            "n": r["n_samples"],
+            "tokens/s": speed["tokens_per_second"],
+            "tokens/fwd": speed["tokens_per_forward"],
+            "p50 s": speed["latency_s"]["p50"],
+            "truncated": r["diagnostics"].get("truncated_rate"),
+            "data": r["manifest"]["data_source"],
+        })
+    return pd.DataFrame(rows)
+
+
+def summary_table(results: Sequence[dict[str, Any]]) -> str:
+    frame = summary_frame(results)
+    return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")

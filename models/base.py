@@ -1,0 +1,194 @@
+"""The one interface between the harness and every model.
+
+A model adapter turns chat messages into token ids (``prepare``), runs its decoder on them (``decode``, the only
+part the harness times) and turns the ids back into text (``finish``). It knows nothing about tasks: a request is
+messages, a canvas length and stop strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant" (a final assistant message is a prefill to continue)
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What a task asks of a model: a chat (or an already rendered prompt), a canvas length and stop strings."""
+
+    messages: tuple[Message, ...] = ()
+    prompt: str | None = None  # a rendered prompt, used instead of ``messages`` when given
+    canvas_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """What a pure decoder returns for one row: committed ids after the prompt (up to and including the first
+    end-of-sequence id, in position order) and the forwards spent on this row (a batched forward split evenly)."""
+
+    token_ids: list[int]
+    nfe: float
+    hit_max_tokens: bool
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What the harness stores per request."""
+
+    text: str  # decoded, cut at the first stop string, special tokens removed
+    raw_text: str  # decoded with special tokens, before stop strings
+    token_ids: list[int]
+    gen_tokens: int
+    gen_tokens_after_stop: int
+    canvas_tokens: int
+    nfe: float
+    hit_max_tokens: bool
+
+
+@dataclass
+class PreparedBatch:
+    """Token ids of a batch, ready for ``decode``. Left padded; ``attention_mask`` marks real tokens."""
+
+    requests: Sequence[GenerationRequest]
+    prompts: list[str]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    config: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ConfigError(ValueError):
+    """A decoding configuration that cannot run; the message is one line meant for the user."""
+
+
+def apply_overrides(config: Any, overrides: dict[str, Any], owner: str) -> Any:
+    """Return ``config`` (a dataclass) with ``overrides`` applied; unknown keys raise ConfigError naming valid ones."""
+    valid = {f.name: f for f in dataclasses.fields(config)}
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise ConfigError(f"unknown option {', '.join(unknown)} for {owner}; valid options: {', '.join(sorted(valid))}")
+    return dataclasses.replace(config, **overrides)
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> str:
+    """Cut ``text`` before the earliest occurrence of any stop string."""
+    cut = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i != -1:
+                cut = min(cut, i)
+    return text[:cut]
+
+
+class ModelAdapter(ABC):
+    """Base class of every adapter. Subclasses set ``name``, ``tokenizer``, ``device`` and implement ``decode``."""
+
+    name: str
+    tokenizer: Any
+    device: torch.device
+
+    # ---- configuration -------------------------------------------------------------------------------------
+    @abstractmethod
+    def default_config(self) -> Any:
+        """The decoding configuration dataclass with this model's defaults."""
+
+    def make_config(self, overrides: dict[str, Any] | None = None) -> Any:
+        config = apply_overrides(self.default_config(), overrides or {}, self.name)
+        self.validate_config(config)
+        return config
+
+    def validate_config(self, config: Any) -> None:
+        """Raise ConfigError for combinations the decoder cannot run."""
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies this model's outputs apart from the decoding config (id, revision, dtype, template)."""
+        return {"name": self.name}
+
+    # ---- the three phases ----------------------------------------------------------------------------------
+    def render(self, request: GenerationRequest, config: Any) -> str:
+        """The prompt text: the request's own, or its messages through the model's chat template. A config field
+        ``enable_thinking`` (Qwen3-style templates) is passed on when it is not None."""
+        if request.prompt is not None:
+            return request.prompt
+        messages = [{"role": m.role, "content": m.content} for m in request.messages]
+        prefill = bool(messages) and messages[-1]["role"] == "assistant"
+        thinking = getattr(config, "enable_thinking", None)
+        kwargs = {} if thinking is None else {"enable_thinking": thinking}
+        return self.tokenizer.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=not prefill,
+            continue_final_message=prefill,
+            **kwargs,
+        )
+
+    def prepare(self, requests: Sequence[GenerationRequest], config: Any) -> PreparedBatch:
+        prompts = [self.render(r, config) for r in requests]
+        encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        width = max(len(e) for e in encoded)
+        pad = self.pad_id()
+        ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, e in enumerate(encoded):
+            ids[row, width - len(e):] = torch.tensor(e, dtype=torch.long)
+            mask[row, width - len(e):] = 1
+        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config)
+
+    @abstractmethod
+    def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
+        """Run the decoder. This is the call the harness times; no tokenisation happens here."""
+
+    def finish(self, batch: PreparedBatch, results: Sequence[DecodeResult]) -> list[Generation]:
+        out = []
+        for request, result in zip(batch.requests, results):
+            raw = self.tokenizer.decode(result.token_ids, skip_special_tokens=False)
+            kept = cut_at_stop(raw, request.stop)
+            ids_after_stop = self.tokenizer(kept, add_special_tokens=False)["input_ids"]
+            text = self.tokenizer.decode(ids_after_stop, skip_special_tokens=True)
+            gen_after = len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+            out.append(
+                Generation(
+                    text=text,
+                    raw_text=raw,
+                    token_ids=list(result.token_ids),
+                    gen_tokens=len(result.token_ids),
+                    gen_tokens_after_stop=gen_after,
+                    canvas_tokens=request.canvas_tokens,
+                    nfe=result.nfe,
+                    hit_max_tokens=result.hit_max_tokens,
+                )
+            )
+        return out
+
+    def pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.eos_ids()[0]
+
+    @abstractmethod
+    def eos_ids(self) -> list[int]:
+        """End-of-sequence ids: generation stops (or is cut) at the first of these."""
+
+    def generate(self, requests: Sequence[GenerationRequest], config: Any | None = None) -> list[Generation]:
+        """Convenience for callers that do not time: prepare, decode and finish in one call."""
+        batch = self.prepare(requests, config if config is not None else self.make_config())
+        return self.finish(batch, self.decode(batch))
+
+
+def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:
+    """Keep ids up to and including the first end-of-sequence id; also say whether one was found."""
+    eos = set(eos_ids)
+    for i, t in enumerate(ids):
+        if t in eos:
+            return list(ids[: i + 1]), True
+    return list(ids), False

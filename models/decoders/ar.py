@@ -1,0 +1,90 @@
+"""Autoregressive decoding with a KV cache: the baseline every diffusion decoder is compared against.
+
+One prefill over the left-padded batch, then one forward per new token. Rows stop independently at their first
+end-of-sequence id; finished rows are fed padding until the whole batch is done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from models.base import DecodeResult, cut_after_eos
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+
+def next_tokens(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
+    """Greedy argmax, or a sample from the temperature / top-k / top-p filtered distribution."""
+    if not sampling.do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits.float() / max(sampling.temperature, 1e-6)
+    if sampling.top_k > 0:
+        kth = torch.topk(logits, min(sampling.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative - sorted_logits.softmax(-1) > sampling.top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+@torch.inference_mode()
+def ar_generate(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_new_tokens: int,
+    eos_ids: list[int],
+    pad_id: int,
+    sampling: SamplingConfig = SamplingConfig(),
+) -> list[DecodeResult]:
+    """Decode up to ``max_new_tokens`` per row; returns each row's ids up to and including its first eos."""
+    batch = input_ids.shape[0]
+    device = input_ids.device
+    generator = None
+    if sampling.do_sample and sampling.seed is not None:
+        generator = torch.Generator(device=device).manual_seed(sampling.seed)
+    eos = torch.tensor(eos_ids, device=device)
+    mask = attention_mask.clone()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+
+    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, cache=cache,
+                   use_cache=True, logits_to_keep=1).logits[:, -1]
+    forwards = 1
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    generated: list[torch.Tensor] = []
+    next_pos = positions[:, -1:] + 1
+    for step in range(max_new_tokens):
+        token = next_tokens(logits, sampling, generator)
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        generated.append(token)
+        done |= torch.isin(token, eos)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=-1)
+        logits = model(input_ids=token[:, None], attention_mask=mask, position_ids=next_pos, cache=cache,
+                       use_cache=True).logits[:, -1]
+        next_pos = next_pos + 1
+        forwards += 1
+
+    tokens = torch.stack(generated, dim=1).tolist() if generated else [[] for _ in range(batch)]
+    results = []
+    for row in tokens:
+        kept, found = cut_after_eos(row, eos_ids)
+        results.append(DecodeResult(token_ids=kept, nfe=forwards / batch, hit_max_tokens=not found))
+    return results
+

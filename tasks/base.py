@@ -1,0 +1,83 @@
+"""What a task is: documents, a prompt per document, and a scorer. A task knows nothing about models."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from tasks.data import DatasetSpec
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One evaluation item: a stable id, the record in its hub schema, and its subject group if the task has groups."""
+
+    id: str
+    data: dict[str, Any]
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskPrompt:
+    """Chat turns for one document (system message, user message, assistant prefill) and the stop strings."""
+
+    user: str
+    system: str | None = None
+    prefill: str | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SampleScore:
+    """Scores of one output. ``scores`` maps "metric,filter" names (lm-eval's) to values; ``diagnostics`` holds the
+    flags counted as rates (empty, invalid extraction, execution status)."""
+
+    target: str
+    extracted: dict[str, str]
+    scores: dict[str, float]
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(ABC):
+    """A benchmark. Subclasses set the class attributes and implement ``prompt`` and ``score``."""
+
+    name: str
+    version: str
+    dataset: DatasetSpec
+    primary_metric: str
+    metrics: tuple[str, ...]
+    canvas_tokens: int = 512
+    equivalent_lm_eval_task: str = ""
+    paper_column: str = ""
+
+    def docs(self, records: Sequence[dict[str, Any]]) -> list[Doc]:
+        """Turn dataset records into documents in a deterministic order. Override to filter or to add groups."""
+        return [Doc(id=self.doc_id(record, i), data=record) for i, record in enumerate(records)]
+
+    def doc_id(self, record: dict[str, Any], index: int) -> str:
+        return str(index)
+
+    @abstractmethod
+    def prompt(self, doc: Doc) -> TaskPrompt:
+        """The chat turns and stop strings for one document."""
+
+    @abstractmethod
+    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
+        """Score a list of outputs (batched, so code tasks can run them in parallel)."""
+
+    def check_ready(self) -> None:
+        """Called once before a run of this task; code tasks run their sandbox canary here."""
+
+    def describe(self) -> dict[str, Any]:
+        """What identifies the scoring of this task, for manifests and comparability checks."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "primary_metric": self.primary_metric,
+            "metrics": list(self.metrics),
+            "canvas_tokens": self.canvas_tokens,
+            "dataset": self.dataset.hub_id,
+            "config": self.dataset.config,
+            "split": self.dataset.split,
+        }

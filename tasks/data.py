@@ -1,0 +1,126 @@
+"""Loading a task's records: from the hub through ``datasets``, from a local file, or from the bundled fixtures.
+
+Every source yields the hub's own schema, so the task code downstream is the same. A malformed local file fails with
+one line naming the file, the line and the field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+class DataError(ValueError):
+    """Data that cannot be loaded; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    hub_id: str
+    config: str | None
+    split: str
+    local_file: str  # path under --data-dir, e.g. "gsm8k/test.jsonl" (.jsonl or .jsonl.gz)
+    fixture: str  # file name under tasks/fixtures/
+    required_fields: tuple[str, ...]
+    gated: bool = False
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    records: list[dict[str, Any]]
+    source: str  # "hub" | "local" | "fixtures"
+    location: str  # hub id/config/split, or the file path
+    sha256: str  # of the file, or of the records as loaded from the hub
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def read_jsonl(path: Path, required_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    records = []
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            if not isinstance(record, dict):
+                raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            missing = [f for f in required_fields if f not in record]
+            if missing:
+                raise DataError(f"{path}:{number}: missing field {', '.join(repr(m) for m in missing)}")
+            records.append(record)
+    if not records:
+        raise DataError(f"{path}: no records")
+    return records
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def records_sha256(records: list[dict[str, Any]]) -> str:
+    digest = hashlib.sha256()
+    for record in records:
+        digest.update(json.dumps(record, sort_keys=True, default=str).encode())
+    return digest.hexdigest()
+
+
+def load_local(spec: DatasetSpec, data_dir: Path) -> LoadedData:
+    path = data_dir / spec.local_file
+    if not path.exists():
+        raise DataError(f"{path} not found (--data-dir must hold {spec.local_file} in the {spec.hub_id} schema)")
+    return LoadedData(read_jsonl(path, spec.required_fields), "local", str(path), file_sha256(path))
+
+
+def load_fixtures(spec: DatasetSpec) -> LoadedData:
+    path = FIXTURES / spec.fixture
+    return LoadedData(read_jsonl(path, spec.required_fields), "fixtures", f"fixtures/{spec.fixture}",
+                      file_sha256(path))
+
+
+def load_hub(spec: DatasetSpec) -> LoadedData:
+    import datasets
+
+    try:
+        dataset = datasets.load_dataset(spec.hub_id, spec.config, split=spec.split)
+    except Exception as error:  # datasets raises many types for network, auth and schema problems
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        hint = (" (gated dataset: accept its terms on the hub and log in with `hf auth login` or set HF_TOKEN)"
+                if spec.gated else "")
+        raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; "
+                        f"or pass --data-dir with {spec.local_file}") from None
+    records = [dict(row) for row in dataset]
+    missing = [f for f in spec.required_fields if records and f not in records[0]]
+    if missing:
+        raise DataError(f"{spec.hub_id}: missing field {', '.join(missing)} (schema changed upstream?)")
+    where = f"{spec.hub_id}/{spec.config or 'default'}/{spec.split}"
+    return LoadedData(records, "hub", where, records_sha256(records))
+
+
+def load_records(spec: DatasetSpec, source: str, data_dir: Path | None) -> LoadedData:
+    """``source``: "hub", "fixtures", or "auto" (the local folder if given, else the hub, else the fixtures)."""
+    if data_dir is not None:
+        return load_local(spec, data_dir)
+    if source == "fixtures":
+        return load_fixtures(spec)
+    if source == "hub":
+        return load_hub(spec)
+    try:
+        return load_hub(spec)
+    except DataError:
+        return load_fixtures(spec)
+
