@@ -1,0 +1,209 @@
+"""Dream's sampler (``diffusion_generate``): every step runs the whole sequence and commits a scheduled share of masks.
+
+Follows Dream's ``generation_utils._sample`` (decoders.md §3): logits are shifted right by one over the whole
+sequence (the token at i is scored by the output at i-1, position 0 by its own), the number committed per step is
+floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` unmasks each mask independently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from models.base import ConfigError, DecodeResult
+from models.decoders.sampling import (
+    as_logits,
+    check_inputs,
+    dream_timesteps,
+    dream_transfer_count,
+    make_generator,
+    margin_confidence,
+    max_prob_confidence,
+    neg_entropy_confidence,
+    passes_simplex_check,
+    rows_to_results,
+    sample_categorical,
+    top_k_filter,
+    top_p_filter,
+)
+
+Network = Callable[..., Any]
+ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+
+
+@dataclass(frozen=True)
+class DreamConfig:
+    max_new_tokens: int = 512
+    steps: int = 512
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    alg: str = "entropy"
+    alg_temp: float | None = None
+    eps: float = 1e-3
+    mask_id: int = 151666
+    eos_id: int = 151643
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class DreamOutput:
+    tokens: torch.LongTensor  # [B, max_new_tokens], the generated part only
+    nfe: int  # network evaluations for the whole batch
+
+
+def validate_dream_config(cfg: DreamConfig) -> None:
+    """Raise ConfigError (one line) for settings the sampler cannot run."""
+    if cfg.max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}")
+    if cfg.steps < 1:
+        raise ConfigError(f"steps must be >= 1, got {cfg.steps}")
+    if cfg.temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
+    if cfg.top_p is not None and not 0 < cfg.top_p <= 1:
+        raise ConfigError(f"top_p must be in (0, 1] or None, got {cfg.top_p}")
+    if cfg.top_k is not None and cfg.top_k < 1:
+        raise ConfigError(f"top_k must be >= 1 or None, got {cfg.top_k}")
+    if cfg.alg not in ALGS:
+        raise ConfigError(f"unknown alg {cfg.alg!r}; valid: {', '.join(ALGS)}")
+    if cfg.alg_temp is not None and cfg.alg_temp < 0:
+        raise ConfigError(f"alg_temp must be >= 0 or None, got {cfg.alg_temp}")
+    if not 0 < cfg.eps < 1:
+        raise ConfigError(f"eps must be in (0, 1), got {cfg.eps}")
+    if cfg.seed is not None and cfg.seed < 0:
+        raise ConfigError(f"seed must be >= 0 or None, got {cfg.seed}")
+
+
+def dream_sample_tokens(
+    logits: torch.Tensor,
+    cfg: DreamConfig,
+    confidence: str,
+    generator: torch.Generator | None,
+) -> tuple[torch.Tensor, torch.LongTensor]:
+    """Dream's ``sample_tokens`` on logits [N, V]: confidences ("max_prob" | "margin" | "neg_entropy") and tokens.
+
+    Temperature divides, then top-p and top-k truncate, then softmax in the logits' dtype. The confidences come
+    from that truncated distribution, so top-p/top-k change them even at T = 0. At T > 0 a token is drawn
+    (Categorical); if the reference's Categorical validation would reject the probabilities, it falls back to argmax.
+    """
+    if cfg.temperature > 0:
+        logits = logits / cfg.temperature
+    if cfg.top_p is not None and cfg.top_p < 1:
+        logits = top_p_filter(logits, cfg.top_p)
+    if cfg.top_k is not None:
+        logits = top_k_filter(logits, cfg.top_k)
+    probs = torch.softmax(logits, dim=-1)
+    if cfg.temperature > 0 and probs.numel() > 0 and passes_simplex_check(probs):
+        tokens = sample_categorical(probs, generator)
+        conf = torch.gather(probs, -1, tokens.unsqueeze(-1)).squeeze(-1)
+    else:
+        conf, tokens = max_prob_confidence(probs)
+    if confidence == "margin":
+        conf = margin_confidence(probs)
+    elif confidence == "neg_entropy":
+        conf = neg_entropy_confidence(probs)
+    elif confidence != "max_prob":
+        raise ValueError(f"unknown confidence {confidence!r}")
+    return conf, tokens
+
+
+def shift_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Right-shift over the whole sequence: row i gets the output at i-1; row 0 keeps its own."""
+    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+
+
+def padding_inputs(
+    attention_mask: torch.Tensor | None, max_new_tokens: int
+) -> tuple[torch.Tensor | None, torch.LongTensor | None]:
+    """The mask and position ids Dream's network gets: None/None without padding; else the 2D mask extended with
+    ones and positions cumsum(mask) - 1 with pad positions set to 1 (real tokens count 0, 1, ... per row)."""
+    if attention_mask is None or not bool(torch.any(attention_mask == 0)):
+        return None, None
+    mask = F.pad(attention_mask, (0, max_new_tokens), value=1)
+    positions = mask.long().cumsum(-1) - 1
+    positions = positions.masked_fill(mask == 0, 1)
+    return mask, positions
+
+
+_CONFIDENCE_OF_ALG = {"maskgit_plus": "max_prob", "topk_margin": "margin", "entropy": "neg_entropy"}
+
+
+def _origin_step(
+    x: torch.Tensor,
+    mask_index: torch.Tensor,
+    logits: torch.Tensor,
+    p_transfer: torch.Tensor | float,
+    cfg: DreamConfig,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Each mask is unmasked independently with probability p_transfer, its value drawn by ``sample_tokens``."""
+    proposals = torch.full((int(mask_index.sum()),), cfg.mask_id, dtype=torch.long, device=x.device)
+    chosen = torch.rand(proposals.shape, device=x.device, generator=generator) < p_transfer
+    _, tokens = dream_sample_tokens(logits[mask_index][chosen], cfg, "max_prob", generator)
+    proposals[chosen] = tokens
+    x = x.clone()
+    x[mask_index] = proposals
+    return x
+
+
+def _confidence_step(
+    x: torch.Tensor,
+    mask_index: torch.Tensor,
+    logits: torch.Tensor,
+    count: int,
+    cfg: DreamConfig,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """Commit ``count`` masks per row: the most confident (alg_temp None/0) or a draw from softmax(conf/alg_temp)."""
+    conf, tokens = dream_sample_tokens(logits[mask_index], cfg, _CONFIDENCE_OF_ALG[cfg.alg], generator)
+    if count <= 0:
+        return x
+    full_conf = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=x.device)
+    full_conf[mask_index] = conf
+    if cfg.alg_temp is None or cfg.alg_temp == 0:
+        chosen = torch.topk(full_conf, count, dim=-1).indices
+    else:
+        weights = F.softmax(full_conf / cfg.alg_temp, dim=-1)
+        chosen = torch.multinomial(weights, num_samples=count, generator=generator)
+    proposals = torch.full_like(x, cfg.mask_id)
+    proposals[mask_index] = tokens
+    return x.scatter(1, chosen, proposals.gather(1, chosen))
+
+
+@torch.no_grad()
+def dream_generate(
+    network: Network,
+    input_ids: torch.LongTensor,
+    attention_mask: torch.Tensor | None,
+    cfg: DreamConfig,
+) -> DreamOutput:
+    """Fill ``max_new_tokens`` masks after the (left-padded) prompts in ``steps`` full-sequence forwards."""
+    validate_dream_config(cfg)
+    check_inputs(input_ids, attention_mask)
+    prompt_len = input_ids.shape[1]
+    device = input_ids.device
+    generator = make_generator(cfg.seed, device)
+
+    x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
+    mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
+    timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
+    for i in range(cfg.steps):
+        mask_index = x == cfg.mask_id
+        logits = shift_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)))
+        t, s = timesteps[i], timesteps[i + 1]
+        last = i == cfg.steps - 1
+        if cfg.alg == "origin":
+            p_transfer = 1.0 if last else 1 - s / t
+            x = _origin_step(x, mask_index, logits, p_transfer, cfg, generator)
+        else:
+            count = dream_transfer_count(mask_index, t, s, last)
+            x = _confidence_step(x, mask_index, logits, count, cfg, generator)
+    return DreamOutput(tokens=x[:, prompt_len:], nfe=cfg.steps)
+
+
+def dream_decode_results(output: DreamOutput, cfg: DreamConfig) -> list[DecodeResult]:
+    """Harness results: ids cut after the first EOS, nfe split evenly across the batch rows."""
+    return rows_to_results(output.tokens, output.nfe, [cfg.eos_id])

@@ -1,0 +1,169 @@
+"""LLaDA's sampler: semi-autoregressive blocks of masked diffusion with low-confidence or random remasking.
+
+Follows ML-GSAI/LLaDA ``generate.py`` (decoders.md §2): the full sequence is run every step with no cache, the token
+at position i is scored by the logits at i (no shift), and each block commits a fixed number of tokens per step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from models.base import ConfigError, DecodeResult
+from models.decoders.sampling import (
+    add_gumbel_noise,
+    as_logits,
+    check_inputs,
+    llada_transfer_counts,
+    make_generator,
+    rows_to_results,
+)
+
+Network = Callable[..., Any]
+REMASKING = ("low_confidence", "random")
+
+
+@dataclass(frozen=True)
+class LLaDAConfig:
+    gen_length: int = 512
+    steps: int = 512
+    block_length: int = 512
+    temperature: float = 0.0
+    cfg_scale: float = 0.0
+    remasking: str = "low_confidence"
+    mask_id: int = 126336
+    eos_id: int = 126081
+    eot_id: int = 126348
+    logits_eos_inf: bool = False
+    confidence_eos_eot_inf: bool = False
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class LLaDAOutput:
+    tokens: torch.LongTensor  # [B, gen_length], the generated part only
+    nfe: int  # network calls for the whole batch; a CFG step is one call on the doubled batch (measurement.md)
+
+
+def validate_llada_config(cfg: LLaDAConfig) -> None:
+    """Raise ConfigError (one line) for settings the sampler cannot run."""
+    if cfg.gen_length < 1:
+        raise ConfigError(f"gen_length must be >= 1, got {cfg.gen_length}")
+    if cfg.block_length < 1:
+        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
+    if cfg.gen_length % cfg.block_length != 0:
+        raise ConfigError(f"gen_length ({cfg.gen_length}) must be a multiple of block_length ({cfg.block_length})")
+    num_blocks = cfg.gen_length // cfg.block_length
+    if cfg.steps < 1 or cfg.steps % num_blocks != 0:
+        raise ConfigError(f"steps ({cfg.steps}) must be a positive multiple of the number of blocks ({num_blocks})")
+    if cfg.temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
+    if cfg.cfg_scale < 0:
+        raise ConfigError(f"cfg_scale must be >= 0, got {cfg.cfg_scale}")
+    if cfg.remasking not in REMASKING:
+        raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
+    if cfg.seed is not None and cfg.seed < 0:
+        raise ConfigError(f"seed must be >= 0 or None, got {cfg.seed}")
+
+
+def _forward(
+    network: Network,
+    x: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    prompt_index: torch.Tensor,
+    cfg: LLaDAConfig,
+) -> torch.Tensor:
+    """Logits for x; with CFG one doubled batch whose second half has the prompt masked: u + (s+1)(c - u)."""
+    if cfg.cfg_scale <= 0:
+        return as_logits(network(x, attention_mask=attention_mask))
+    unconditional = x.masked_fill(prompt_index, cfg.mask_id)
+    both = torch.cat([x, unconditional], dim=0)
+    mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
+    conditional_logits, unconditional_logits = torch.chunk(as_logits(network(both, attention_mask=mask)), 2, dim=0)
+    return unconditional_logits + (cfg.cfg_scale + 1) * (conditional_logits - unconditional_logits)
+
+
+def _suppress(logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
+    """A copy of ``logits`` with the given vocabulary columns at -inf (the network's tensor is left alone)."""
+    vocab = logits.size(-1)
+    bad = [c for c in columns if not 0 <= c < vocab]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the network's vocabulary of {vocab}")
+    index = torch.tensor(columns, device=logits.device)
+    return logits.index_fill(-1, index, float("-inf"))
+
+
+def _proposals_and_confidence(
+    logits: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Proposed tokens x0 and their confidences, with the EOS options of decoders.md §2.4.
+
+    ``confidence_eos_eot_inf`` reproduces the reference line
+    ``logits_with_noise[:, :, eos] = logits[:, :, eot] = -inf`` run after x0 is drawn. At T = 0 the noised tensor
+    *is* the logits tensor, so both EOS and EOT get confidence 0; at T > 0 only EOT does (EOS keeps p(EOS), computed
+    with EOT removed from the normalisation). That asymmetry is the reference's and is kept on purpose.
+    """
+    if cfg.logits_eos_inf:
+        logits = _suppress(logits, [cfg.eos_id])
+    x0 = torch.argmax(add_gumbel_noise(logits, cfg.temperature, generator), dim=-1)
+    if cfg.confidence_eos_eot_inf:
+        logits = _suppress(logits, [cfg.eot_id, cfg.eos_id] if cfg.temperature == 0 else [cfg.eot_id])
+    if cfg.remasking == "low_confidence":
+        probs = F.softmax(logits, dim=-1)
+        confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+    else:
+        confidence = torch.rand(x0.shape, device=x0.device, generator=generator)
+    return x0, confidence
+
+
+@torch.no_grad()
+def llada_generate(
+    network: Network,
+    input_ids: torch.LongTensor,
+    attention_mask: torch.Tensor | None,
+    cfg: LLaDAConfig,
+) -> LLaDAOutput:
+    """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; returns the generated ids."""
+    validate_llada_config(cfg)
+    check_inputs(input_ids, attention_mask)
+    batch, prompt_len = input_ids.shape
+    device = input_ids.device
+    generator = make_generator(cfg.seed, device)
+
+    x = torch.full((batch, prompt_len + cfg.gen_length), cfg.mask_id, dtype=torch.long, device=device)
+    x[:, :prompt_len] = input_ids
+    prompt_index = torch.zeros_like(x, dtype=torch.bool)
+    prompt_index[:, :prompt_len] = input_ids != cfg.mask_id
+    if attention_mask is not None:
+        ones = torch.ones((batch, cfg.gen_length), dtype=attention_mask.dtype, device=device)
+        attention_mask = torch.cat([attention_mask, ones], dim=-1)
+
+    num_blocks = cfg.gen_length // cfg.block_length
+    steps_per_block = cfg.steps // num_blocks
+    nfe = 0
+    for block in range(num_blocks):
+        start = prompt_len + block * cfg.block_length
+        end = start + cfg.block_length
+        counts = llada_transfer_counts((x[:, start:end] == cfg.mask_id).sum(dim=1), steps_per_block)
+        for step in range(steps_per_block):
+            mask_index = x == cfg.mask_id
+            logits = _forward(network, x, attention_mask, prompt_index, cfg)
+            nfe += 1
+            x0, confidence = _proposals_and_confidence(logits, cfg, generator)
+            confidence[:, end:] = float("-inf")
+            confidence = torch.where(mask_index, confidence, torch.full_like(confidence, float("-inf")))
+            x0 = torch.where(mask_index, x0, x)
+            transfer = torch.zeros_like(mask_index)
+            for row in range(batch):
+                chosen = torch.topk(confidence[row], k=int(counts[row, step])).indices
+                transfer[row, chosen] = True
+            x = torch.where(transfer, x0, x)
+    return LLaDAOutput(tokens=x[:, prompt_len:], nfe=nfe)
+
+
+def llada_decode_results(output: LLaDAOutput, cfg: LLaDAConfig) -> list[DecodeResult]:
+    """Harness results: ids cut after the first EOS or EOT, nfe split evenly across the batch rows."""
+    return rows_to_results(output.tokens, output.nfe, [cfg.eos_id, cfg.eot_id])

@@ -1,0 +1,149 @@
+"""Pure pieces shared by the diffusion decoders: noise, truncation, confidences, transfer schedules.
+
+Everything here is a function of its arguments (randomness comes from an explicit ``torch.Generator``), so the
+decoders stay reproducible and each piece can be tested against a hand computation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from models.base import DecodeResult, cut_after_eos
+
+
+# ---- network output ---------------------------------------------------------------------------------------------
+def as_logits(output: Any) -> torch.Tensor:
+    """Accept a bare logits tensor or any object with ``.logits`` (HF-style outputs)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError(f"network returned {type(output).__name__}; expected a logits Tensor or an object with .logits")
+    return logits
+
+
+def check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
+    """One-line errors for malformed decoder inputs: ids [B, P] and, if given, a mask of the same shape."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, P], got shape {tuple(input_ids.shape)}")
+    if attention_mask is not None and attention_mask.shape != input_ids.shape:
+        shapes = f"{tuple(attention_mask.shape)} vs {tuple(input_ids.shape)}"
+        raise ValueError(f"attention_mask must have the shape of input_ids: {shapes}")
+
+
+def make_generator(seed: int | None, device: torch.device | str) -> torch.Generator:
+    """A generator for all of a decode's randomness; an unseeded one still draws from its own stream."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+# ---- sampling ---------------------------------------------------------------------------------------------------
+def add_gumbel_noise(logits: torch.Tensor, temperature: float, generator: torch.Generator | None) -> torch.Tensor:
+    """LLaDA's Gumbel-max form, in float64: argmax of exp(l) / (-log U)^T is a sample from softmax(l / T).
+
+    At T = 0 the logits tensor itself is returned (not a copy), as in the reference; LLaDA's
+    ``confidence_eos_eot_inf`` behaviour depends on that aliasing.
+    """
+    if temperature == 0:
+        return logits
+    logits64 = logits.to(torch.float64)
+    noise = torch.rand(logits64.shape, dtype=torch.float64, device=logits64.device, generator=generator)
+    return logits64.exp() / (-torch.log(noise)) ** temperature
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Keep the smallest prefix of the sorted distribution whose mass reaches ``top_p`` (the crossing token kept).
+
+    Removed entries get ``finfo.min`` (not -inf), as in Dream's sampler.
+    """
+    sorted_logits, sorted_idx = torch.sort(logits, dim=-1, descending=True)
+    cumulative = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+    remove_sorted = cumulative > top_p
+    remove_sorted[..., 1:] = remove_sorted[..., :-1].clone()
+    remove_sorted[..., 0] = False
+    remove = torch.zeros_like(logits, dtype=torch.bool).scatter_(-1, sorted_idx, remove_sorted)
+    return logits.masked_fill(remove, torch.finfo(logits.dtype).min)
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep entries at least as large as the k-th largest (ties at the boundary survive)."""
+    k = min(top_k, logits.size(-1))
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+    return logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
+
+
+def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None) -> torch.LongTensor:
+    """One draw per row of ``probs`` [N, V], the way ``torch.distributions.Categorical.sample`` draws it."""
+    normalised = probs / probs.sum(-1, keepdim=True)
+    return torch.multinomial(normalised.reshape(-1, probs.size(-1)), 1, True, generator=generator).reshape(
+        probs.shape[:-1]
+    )
+
+
+def passes_simplex_check(probs: torch.Tensor) -> bool:
+    """The validation ``Categorical(probs=...)`` runs; Dream falls back to argmax for the whole call if it fails."""
+    normalised = probs / probs.sum(-1, keepdim=True)
+    return bool(torch.all((normalised >= 0).all(-1) & ((normalised.sum(-1) - 1).abs() < 1e-6)))
+
+
+# ---- confidences (higher = surer) -------------------------------------------------------------------------------
+def max_prob_confidence(probs: torch.Tensor) -> tuple[torch.Tensor, torch.LongTensor]:
+    """Top probability and its token (argmax returns the first maximum)."""
+    confidence, tokens = probs.max(dim=-1)
+    return confidence, tokens
+
+
+def margin_confidence(probs: torch.Tensor) -> torch.Tensor:
+    """p1 - p2, the gap between the two most likely tokens."""
+    top2 = torch.topk(probs, 2, dim=-1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+def neg_entropy_confidence(probs: torch.Tensor, epsilon: float = 1e-10) -> torch.Tensor:
+    """sum p log(p + eps): minus the entropy, so a peaked distribution scores highest."""
+    return torch.sum(probs * torch.log(probs + epsilon), dim=-1)
+
+
+# ---- transfer schedules -----------------------------------------------------------------------------------------
+def llada_transfer_counts(mask_counts: torch.Tensor, steps: int) -> torch.LongTensor:
+    """Split each row's masks over ``steps``: n // steps each, one more for the first n % steps steps."""
+    counts = mask_counts.to(torch.long).reshape(-1, 1)
+    base = counts // steps
+    remainder = counts % steps
+    step_index = torch.arange(steps, device=counts.device).unsqueeze(0)
+    return base + (step_index < remainder).to(torch.long)
+
+
+def dream_timesteps(steps: int, eps: float, device: torch.device | str) -> torch.Tensor:
+    """Dream's time grid t_0 = 1 > ... > t_steps = eps (float32, on the decode's device as in the reference)."""
+    return torch.linspace(1, eps, steps + 1, device=device)
+
+
+def dream_transfer_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> int:
+    """Tokens to commit per row this step: floor(mean masks per row * (1 - s/t)); all remaining at the last step.
+
+    The mean over rows is the reference's; it equals every row's count when all rows share one canvas length.
+    """
+    mean_masks = mask_index.sum() / mask_index.shape[0]
+    if last:
+        return int(mean_masks)
+    return int(mean_masks * (1 - s / t))
+
+
+# ---- results ----------------------------------------------------------------------------------------------------
+def rows_to_results(tokens: torch.Tensor, nfe: float, eos_ids: Sequence[int]) -> list[DecodeResult]:
+    """Per-row ``DecodeResult``: ids cut after the first end-of-sequence id, the batch's forwards split evenly."""
+    rows = tokens.tolist()
+    per_row_nfe = nfe / max(len(rows), 1)
+    results = []
+    for row in rows:
+        ids, found = cut_after_eos(row, eos_ids)
+        results.append(DecodeResult(token_ids=ids, nfe=per_row_nfe, hit_max_tokens=not found))
+    return results

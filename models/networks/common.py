@@ -1,0 +1,268 @@
+"""Pieces shared by the native LLaDA and Dream networks: RMSNorm, rotate-half RoPE, SwiGLU, SDPA attention with an
+optional KV cache, and the per-forward bookkeeping (key length, query positions, padding mask).
+
+Both networks follow networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+# ---- norms, rope, mlp -------------------------------------------------------------------------------------------
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """weight * (x / sqrt(mean(x^2) + eps)); statistics in fp32, cast back before the weight (networks.md §1.3)."""
+    r = x.float()
+    r = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * r.to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with a weight and no bias; the one parameter is stored as ``weight``."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rope_inv_freq(head_dim: int, theta: float) -> Tensor:
+    """inv_freq[k] = 1 / theta^(2k/head_dim) in fp32, always computed on CPU as both references do at init."""
+    if head_dim % 2:
+        raise ValueError(f"RoPE needs an even head dim, got {head_dim}")
+    exponent = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
+    return 1.0 / (theta ** exponent)
+
+
+def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """Angles cat(p*inv_freq, p*inv_freq) in fp32: [..., L] positions -> [..., L, head_dim] (rotate-half layout)."""
+    freqs = positions.to(torch.float32).unsqueeze(-1) * inv_freq.to(positions.device)
+    return torch.cat((freqs, freqs), dim=-1)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """[x1 | x2] -> [-x2 | x1] over the last dim (NeoX layout, not interleaved pairs)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, compute_dtype: torch.dtype) -> Tensor:
+    """x*cos + rotate_half(x)*sin evaluated in ``compute_dtype`` (fp32 for LLaDA, model dtype for Dream)."""
+    xc = x.to(compute_dtype)
+    out = xc * cos.to(compute_dtype) + rotate_half(xc) * sin.to(compute_dtype)
+    return out.to(x.dtype)
+
+
+def swiglu(x: Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear) -> Tensor:
+    """down(SiLU(gate(x)) * up(x)); SiLU goes on the gate projection, up is the linear multiplier."""
+    return down(F.silu(gate(x)) * up(x))
+
+
+# ---- KV cache ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KVCache:
+    """Per-layer keys and values, each [B, n_kv_heads, T, head_dim].
+
+    Keys are stored **after** RoPE, rotated at the absolute positions they had when computed. Fast-dLLM stores them
+    before RoPE and re-rotates each call at the same positions, which gives the same tensors, so storing them rotated
+    only saves work. The cache is mutated in place by a forward with ``store_cache=True`` (append) or
+    ``replace_range=(s, e)`` (overwrite the slice [s:e]); ``truncate`` and ``clone`` are the only other operations.
+    """
+
+    keys: list[Tensor] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Number of cached positions (0 when empty)."""
+        return int(self.keys[0].shape[2]) if self.keys else 0
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.keys)
+
+    def truncate(self, n: int) -> None:
+        """Keep the first ``n`` positions of every layer (prefix cache: drop the block and everything after it)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot truncate a KV cache of length {self.length} to {n}")
+        self.keys = [k[:, :, :n] for k in self.keys]
+        self.values = [v[:, :, :n] for v in self.values]
+
+    def clone(self) -> "KVCache":
+        return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
+
+
+def merge_kv(cache: KVCache | None, layer: int, k: Tensor, v: Tensor, plan: "AttentionPlan") -> tuple[Tensor, Tensor]:
+    """The keys/values a layer attends to, updating ``cache`` as ``plan`` says (append, replace or read only)."""
+    if cache is None:
+        return k, v
+    if plan.replace_range is not None:
+        s, e = plan.replace_range
+        cache.keys[layer][:, :, s:e] = k
+        cache.values[layer][:, :, s:e] = v
+        return cache.keys[layer], cache.values[layer]
+    if layer < cache.n_layers:
+        k = torch.cat((cache.keys[layer], k), dim=2)
+        v = torch.cat((cache.values[layer], v), dim=2)
+    if plan.store_cache:
+        if layer < cache.n_layers:
+            cache.keys[layer], cache.values[layer] = k, v
+        else:
+            cache.keys.append(k)
+            cache.values.append(v)
+    return k, v
+
+
+# ---- attention --------------------------------------------------------------------------------------------------
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
+    """Bidirectional SDPA; kv heads are repeat_interleaved so q-head j uses kv head j // (n_heads / n_kv_heads)."""
+    n_rep = q.shape[1] // k.shape[1]
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=1)
+        v = v.repeat_interleave(n_rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """[B, L, n*hd] -> [B, n, L, hd]; head j owns the contiguous columns j*hd ... (j+1)*hd - 1."""
+    b, length, width = x.shape
+    return x.view(b, length, n_heads, width // n_heads).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """[B, n, L, hd] -> [B, L, n*hd], heads concatenated in order."""
+    b, n, length, hd = x.shape
+    return x.transpose(1, 2).reshape(b, length, n * hd)
+
+
+# ---- per-forward bookkeeping ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What one forward needs besides the weights, computed once and shared by every layer.
+
+    positions: [B, Lq] absolute RoPE positions of the queries (and of the new keys).
+    key_mask: [B, K] bool, True = real key, or None when every key is real.
+    key_len: K, the number of keys each query attends to.
+    """
+
+    positions: Tensor
+    key_mask: Tensor | None
+    key_len: int
+    store_cache: bool
+    replace_range: tuple[int, int] | None
+
+
+def plan_forward(
+    input_ids: Tensor,
+    attention_mask: Tensor | None,
+    position_ids: Tensor | None,
+    cache: KVCache | None,
+    store_cache: bool,
+    replace_range: tuple[int, int] | None,
+    n_layers: int,
+    padding_aware_positions: bool,
+    attention_bias: Tensor | None = None,
+) -> AttentionPlan:
+    """Validate the forward inputs and work out key length, query positions and the padding mask.
+
+    ``attention_mask`` ([B, K], 1 = real, 0 = pad) covers every key the call attends to: the L new tokens without a
+    cache, cached + new positions in prefix mode, the cached positions in replace mode. Query i sits at key column
+    c_i (L - K ... K - 1, or s ... e - 1 when replacing). Default positions are c_i, or, when
+    ``padding_aware_positions``, cumsum(mask) - 1 at c_i with pads set to 1 (Dream's tok_idx, decoders.md §3.2).
+    """
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be [B, L], got shape {list(input_ids.shape)}")
+    b, length = input_ids.shape
+    if length == 0:
+        raise ValueError("input_ids has no positions")
+    cached = 0
+    if cache is not None:
+        cached = cache.length
+        if cache.n_layers not in (0, n_layers):
+            raise ValueError(f"KV cache has {cache.n_layers} layers, the network has {n_layers}")
+        if cache.n_layers and cache.keys[0].shape[0] != b:
+            raise ValueError(f"KV cache batch {cache.keys[0].shape[0]} does not match input batch {b}")
+    elif store_cache or replace_range is not None:
+        raise ValueError("store_cache and replace_range need a cache")
+    if replace_range is not None:
+        if store_cache:
+            raise ValueError("replace_range already writes the cache; do not also set store_cache")
+        s, e = replace_range
+        if not (0 <= s < e <= cached and e - s == length):
+            raise ValueError(
+                f"replace_range {replace_range} must lie inside the cache of length {cached} and span the {length} input positions"
+            )
+        key_len, columns = cached, torch.arange(s, e, device=input_ids.device)
+    else:
+        key_len, columns = cached + length, torch.arange(cached, cached + length, device=input_ids.device)
+
+    if attention_bias is not None and (attention_bias.dim() != 4 or tuple(attention_bias.shape[-2:]) != (length, key_len)):
+        raise ValueError(f"attention_bias must be [B|1, H|1, {length}, {key_len}], got shape {list(attention_bias.shape)}")
+    key_mask = None
+    if attention_mask is not None:
+        if attention_mask.dim() != 2 or tuple(attention_mask.shape) != (b, key_len):
+            raise ValueError(
+                f"attention_mask must be [B, K] = [{b}, {key_len}] (1 = real, 0 = pad, over cached + new keys), "
+                f"got shape {list(attention_mask.shape)}"
+            )
+        mask = attention_mask.to(input_ids.device) != 0
+        if not bool(mask.all()):
+            if not bool(mask.any(dim=1).all()):
+                raise ValueError("attention_mask has a row with no real token")
+            key_mask = mask
+
+    if position_ids is not None:
+        if tuple(position_ids.shape) not in ((b, length), (1, length), (length,)):
+            raise ValueError(f"position_ids must be [B, L] = [{b}, {length}], got shape {list(position_ids.shape)}")
+        positions = position_ids.to(input_ids.device).long().reshape(-1, length).expand(b, length)
+    elif padding_aware_positions and key_mask is not None:
+        tok_idx = key_mask.long().cumsum(dim=1) - 1
+        tok_idx = tok_idx.masked_fill(~key_mask, 1)
+        positions = tok_idx[:, columns]
+    else:
+        positions = columns.unsqueeze(0).expand(b, length)
+    return AttentionPlan(positions, key_mask, key_len, store_cache, replace_range)
+
+
+def sdpa_mask(
+    key_mask: Tensor | None, attention_bias: Tensor | None, dtype: torch.dtype, as_bool: bool
+) -> Tensor | None:
+    """The SDPA ``attn_mask`` from the padding mask (keys only, so no query row is ever fully masked) and an optional
+    caller bias [B|1, H|1, Lq, K] (bool/int: 1 = may attend; float: additive).
+
+    ``as_bool`` gives a bool mask (Dream's form); otherwise an additive float mask in ``dtype`` with finfo.min for
+    masked keys (LLaDA's form, which casts fp32.min to the model dtype and replaces the resulting -inf by finfo.min).
+    """
+    allowed = None if key_mask is None else key_mask[:, None, None, :]
+    additive = None
+    if attention_bias is not None:
+        if attention_bias.dtype in (torch.bool, torch.int8, torch.uint8, torch.int32, torch.int64):
+            bias_allowed = attention_bias != 0
+            allowed = bias_allowed if allowed is None else allowed & bias_allowed
+        else:
+            additive = attention_bias
+    if allowed is None and additive is None:
+        return None
+    if additive is None and as_bool:
+        return allowed
+    neg = torch.finfo(dtype).min
+    device = (allowed if allowed is not None else additive).device
+    out = torch.zeros((), dtype=dtype, device=device) if additive is None else additive.to(dtype)
+    if allowed is not None:
+        out = torch.where(allowed, out, torch.tensor(neg, dtype=dtype, device=device))
+    return out.clamp_min(neg)
