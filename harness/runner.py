@@ -227,9 +227,9 @@ class Runner:
     def run_one(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> dict:
         s = self.settings
         docs = task.docs(data.records)[: s.limit] if s.limit else task.docs(data.records)
-        canvas = s.gen_length or task.canvas_tokens
         store = store_for(s.output, spec.name, task.name, s.rank)
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
+        canvas = s.gen_length or overrides.pop("gen_length", None) or task.canvas_tokens
         config = with_run_seed(adapter.make_config(overrides), s.seed)
         planned = plan(task, docs, adapter, config, canvas, s.seed)
         stored = store.load()

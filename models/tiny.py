@@ -6,6 +6,7 @@ generation_config.json, safetensors, tokenizer files) and then loaded through ex
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -15,7 +16,8 @@ from typing import Callable
 
 import torch
 
-from models.tokenizer import QWEN3_TOKENIZER, REFUSION_TOKENIZER, TokenizerSpec, build_tokenizer
+from models.tokenizer import (DREAM_TOKENIZER, LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, TokenizerSpec,
+                              build_tokenizer)
 
 FORMAT_VERSION = "1"
 
@@ -72,9 +74,31 @@ def _write_refusion(folder: Path, tokenizer, seed: int) -> None:
                  {"mask_token_id": ids("<|mask|>")})
 
 
+def _write_llada(folder: Path, tokenizer, seed: int) -> None:
+    from models.networks.llada import tiny_llada_config
+    from models.networks.loading import build_network, save_network
+
+    ids = tokenizer.convert_tokens_to_ids
+    config = dataclasses.replace(tiny_llada_config(len(tokenizer)), eos_token_id=ids("<|endoftext|>"),
+                                 pad_token_id=ids("<|endoftext|>"), mask_token_id=ids("<|mdm_mask|>"))
+    save_network(build_network(config, seed=seed), folder)
+
+
+def _write_dream(folder: Path, tokenizer, seed: int) -> None:
+    from models.networks.dream import tiny_dream_config
+    from models.networks.loading import build_network, save_network
+
+    ids = tokenizer.convert_tokens_to_ids
+    config = dataclasses.replace(tiny_dream_config(len(tokenizer)), eos_token_id=ids("<|endoftext|>"),
+                                 pad_token_id=ids("<|endoftext|>"), mask_token_id=ids("<|mask|>"))
+    save_network(build_network(config, seed=seed), folder)
+
+
 TINY_MODELS: dict[str, TinyModel] = {
     "tiny-qwen3": TinyModel("tiny-qwen3", QWEN3_TOKENIZER, _write_qwen3),
     "tiny-refusion": TinyModel("tiny-refusion", REFUSION_TOKENIZER, _write_refusion),
+    "tiny-llada": TinyModel("tiny-llada", LLADA_TOKENIZER, _write_llada),
+    "tiny-dream": TinyModel("tiny-dream", DREAM_TOKENIZER, _write_dream),
 }
 
 
