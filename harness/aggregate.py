@@ -28,17 +28,15 @@ def group_tables(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
 
 def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None) -> dict[str, Any]:
     timed = [s for s in samples if not s.get("warmup")]
-    tokens = sum(s["gen_tokens"] for s in timed)
-    seconds = sum(s["latency_s"] for s in timed)
     latencies = np.array([s["latency_s"] for s in timed], dtype=float)
     forwards = sum(s["nfe"] for s in samples)
 
     def pct(q: float) -> float | None:
         return float(np.percentile(latencies, q)) if len(latencies) else None
 
-    return {
+    figures = {
         "token_definition": TOKEN_DEFINITION,
-        "tokens_per_second": tokens / seconds if seconds > 0 else None,
+        "tokens_per_second": _tps(timed),
         "tokens_per_forward": sum(s["gen_tokens"] for s in samples) / forwards if forwards else None,
         "forwards_per_sample": forwards / len(samples) if samples else None,
         "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
@@ -52,10 +50,22 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "batch_size": batch_size,
         "peak_memory_bytes": peak_memory,
     }
+    ranks = sorted({s.get("rank", 0) for s in timed})
+    if len(ranks) > 1:  # data-parallel: each rank's throughput, and their sum as the run's
+        per_rank = {str(r): _tps([s for s in timed if s.get("rank", 0) == r]) for r in ranks}
+        figures["per_rank_tokens_per_second"] = per_rank
+        figures["combined_tokens_per_second"] = sum(v for v in per_rank.values() if v is not None)
+    return figures
+
+
+def _tps(samples: Sequence[dict[str, Any]]) -> float | None:
+    seconds = sum(s["latency_s"] for s in samples)
+    return sum(s["gen_tokens"] for s in samples) / seconds if seconds > 0 else None
 
 
 def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Boolean flags become rates (empty, invalid, truncated); string flags (execution status) become counts."""
+    """Boolean flags become rates (empty, invalid, truncated); ``*_status`` flags (code execution) become counts.
+    Other per-sample diagnostics (output tails) stay in the sample records."""
     n = len(samples)
     out: dict[str, Any] = {"truncated_rate": sum(bool(s["hit_max_tokens"]) for s in samples) / n if n else None}
     keys = sorted({k for s in samples for k in s.get("diagnostics", {})})
@@ -63,7 +73,7 @@ def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
         values = [s["diagnostics"][key] for s in samples if key in s.get("diagnostics", {})]
         if all(isinstance(v, bool) for v in values):
             out[f"{key}_rate"] = sum(values) / len(values)
-        else:
+        elif key.endswith("_status"):
             out[f"{key}_counts"] = dict(Counter(str(v) for v in values))
     return out
 

@@ -159,18 +159,45 @@ def run_main(argv: Sequence[str]) -> int:
         print(list_registry())
         return 0
     quiet_libraries()
+    from harness import distributed
     from harness.runner import Runner
     from harness.summary import summary_table
 
     settings = settings_from_args(args)
-    payload = Runner(settings).run()
-    print(summary_table(payload["results"]))
-    print(f"results: {settings.output / 'results.json'}")
+    ctx = distributed.context_from_env()
+    runner = Runner(settings, ctx)
+    distributed.start(ctx, runner.device)
+    try:
+        payload = runner.run()
+    finally:
+        distributed.stop(ctx)
+    if payload is not None:
+        print(summary_table(payload["results"]))
+        print(f"results: {settings.output / 'results.json'}")
+        print(write_run_report(settings.output))
     return 0
+
+
+def write_run_report(output: Path) -> str:
+    """The HTML report of a finished run; a report that fails does not fail the run (its results are written)."""
+    from reports.html import write_report
+
+    try:
+        return f"report: {write_report([output], output)}"
+    except (ValueError, OSError) as error:
+        return f"report not written: {error} (retry with: run_eval.py report {output})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        from reports.cli import main_report
+
+        return main_report(argv[1:])
+    if argv[:1] == ["gate"]:
+        from harness.gate import main_gate
+
+        return main_gate(argv[1:])
     try:
         return run_main(argv)
     except user_errors() as error:

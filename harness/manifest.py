@@ -6,12 +6,14 @@ import platform
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 # Parts of a per-(model, task) manifest that change scores; the comparison tools warn when these differ.
-SCORING_FIELDS = ("task_version", "dataset", "data_sha256", "prompt_sha256", "canvas_tokens", "decoding", "model_ref")
+SCORING_FIELDS = ("task_version", "data_sha256", "prompt_sha256", "canvas_tokens", "decoding", "model_ref")
 
 
 def _version(package: str) -> str | None:
@@ -29,7 +31,9 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def environment(device: torch.device) -> dict[str, Any]:
+def environment(device: "torch.device") -> dict[str, Any]:
+    import torch
+
     if device.type == "cuda":
         device_name, device_count = torch.cuda.get_device_name(device), torch.cuda.device_count()
     else:

@@ -22,7 +22,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from harness import distributed
 from harness.aggregate import aggregate
+from harness.distributed import DistContext
 from harness.manifest import environment
 from harness.store import SampleStore, safe_name, sample_key
 from harness.timing import peak_memory_bytes, reset_peak_memory, timed
@@ -56,8 +58,6 @@ class RunSettings:
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     rescore: bool = False
     progress: bool = True
-    rank: int = 0
-    world_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,10 @@ class PlannedSample:
     key: str
 
 
-def resolve_device(name: str) -> torch.device:
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` is this rank's GPU when there is one (torchrun's LOCAL_RANK), else the CPU."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RunError(f"device {name} requested but CUDA is not available (use --device cpu)")
@@ -121,7 +122,7 @@ def prompt_hash(planned: Sequence[PlannedSample]) -> str:
 
 
 def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[PlannedSample], store: SampleStore,
-                     settings: RunSettings, label: str) -> None:
+                     settings: RunSettings, label: str, rank: int = 0) -> None:
     """Generate every pending sample in batches; each finished batch is appended to the store before the next."""
     warm_batches = math.ceil(settings.warmup / settings.batch_size) if settings.warmup > 0 else 0
     bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
@@ -141,6 +142,7 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
                 "batch_latency_s": seconds,
                 "batch_size": len(chunk),
                 "warmup": index < warm_batches,
+                "rank": rank,
             })
         store.append(records)
         bar.update(len(chunk))
@@ -190,85 +192,117 @@ def store_for(output: Path, model: str, task: str, rank: int) -> SampleStore:
     return SampleStore(output / "store" / safe_name(model) / safe_name(task), shard=f"rank{rank}")
 
 
+@dataclass
+class Job:
+    """One model × task of a run, planned: what to generate and under which keys."""
+
+    spec: ModelSpec
+    adapter: ModelAdapter
+    task: Task
+    data: LoadedData
+    config: Any
+    canvas: int
+    planned: list[PlannedSample]
+
+
 class Runner:
-    def __init__(self, settings: RunSettings):
+    def __init__(self, settings: RunSettings, dist_ctx: DistContext = DistContext()):
         self.settings = settings
-        self.device = resolve_device(settings.device)
+        self.dist = dist_ctx
+        self.device = resolve_device(settings.device, dist_ctx.local_rank)
         self.dtype = parse_dtype(settings.dtype, self.device)
 
     def load_data(self, task: Task) -> LoadedData:
         data = load_records(task.dataset, self.settings.data, self.settings.data_dir)
-        if data.source == "fixtures" and self.settings.data == "auto" and self.settings.progress:
+        if data.source == "fixtures" and self.settings.data == "auto" and self.dist.is_main:
             print(f"note: {task.name}: hub dataset {task.dataset.hub_id} not reachable, using the bundled fixture "
                   f"items (pass --data hub to fail instead, or --data-dir for local files)")
         return data
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> dict[str, Any] | None:
+        """Generate this rank's share of every job, wait for all ranks, then (rank 0) score and write results."""
         s = self.settings
-        specs = [spec_for(name) for name in s.models]
         tasks = [make_task(name) for name in s.tasks]
         data = {task.name: self.load_data(task) for task in tasks}
-        results = []
-        for spec in specs:
+        jobs = []
+        for name in s.models:
+            spec = spec_for(name)
             adapter = load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
-            for task in tasks:
-                results.append(self.run_one(spec, adapter, task, data[task.name]))
+            jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
+        if not s.rescore:
+            for job in jobs:
+                self.generate(job)
+        distributed.wait_for_all(self.dist)
+        if not self.dist.is_main:
+            return None
         payload = {
             "manifest": {
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "environment": environment(self.device),
-                "settings": {k: v for k, v in dataclasses.asdict(s).items() if k not in {"progress"}},
+                "world_size": self.dist.world_size,
+                "settings": {k: v for k, v in dataclasses.asdict(s).items() if k != "progress"},
             },
-            "results": results,
+            "results": [self.score(job) for job in jobs],
         }
         write_json_atomic(s.output / "results.json", payload)
         return payload
 
-    def run_one(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> dict:
+    def store(self, job: Job) -> SampleStore:
+        return store_for(self.settings.output, job.spec.name, job.task.name, self.dist.rank)
+
+    def plan_job(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> Job:
         s = self.settings
         docs = task.docs(data.records)[: s.limit] if s.limit else task.docs(data.records)
-        store = store_for(s.output, spec.name, task.name, s.rank)
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
         canvas = s.gen_length or overrides.pop("gen_length", None) or task.canvas_tokens
         config = with_run_seed(adapter.make_config(overrides), s.seed)
-        planned = plan(task, docs, adapter, config, canvas, s.seed)
+        return Job(spec, adapter, task, data, config, canvas, plan(task, docs, adapter, config, canvas, s.seed))
+
+    def generate(self, job: Job) -> None:
+        """This rank's share (every world_size-th sample of the plan) minus what any rank already stored."""
+        s = self.settings
+        store = self.store(job)
         stored = store.load()
-        if s.rescore:
-            missing = sum(p.key not in stored for p in planned)
-            if missing and s.progress:
-                print(f"note: {spec.name} · {task.name}: {missing} of {len(planned)} samples not generated yet; "
-                      f"scoring the {len(planned) - missing} stored")
-        else:
-            task.check_ready()
-            seed_everything(s.seed)
-            mine = [p for i, p in enumerate(planned) if i % s.world_size == s.rank]
-            pending = [p for p in mine if p.key not in stored]
-            reset_peak_memory(self.device)
-            generate_missing(adapter, config, pending, store, s, f"{spec.name} · {task.name}")
-            stored = store.load()
-        samples = score_samples(task, planned, stored)
-        write_jsonl_atomic(samples_path(s.output, spec.name, task.name), samples)
-        summary = aggregate(samples, task.primary_metric, s.batch_size,
-                            None if s.rescore else peak_memory_bytes(self.device))
+        mine = job.planned[self.dist.rank::self.dist.world_size]
+        pending = [p for p in mine if p.key not in stored]
+        if not pending:
+            return
+        job.task.check_ready()
+        seed_everything(s.seed)
+        reset_peak_memory(self.device)
+        label = f"{job.spec.name} · {job.task.name}" + (f" · rank {self.dist.rank}" if self.dist.active else "")
+        generate_missing(job.adapter, job.config, pending, store, s, label, self.dist.rank)
+        store.write_peak_memory(peak_memory_bytes(self.device))
+
+    def score(self, job: Job) -> dict[str, Any]:
+        s = self.settings
+        store = self.store(job)
+        stored = store.load()
+        missing = sum(p.key not in stored for p in job.planned)
+        if missing and s.progress:
+            print(f"note: {job.spec.name} · {job.task.name}: {missing} of {len(job.planned)} samples not generated "
+                  f"yet; scoring the {len(job.planned) - missing} stored")
+        samples = score_samples(job.task, job.planned, stored)
+        write_jsonl_atomic(samples_path(s.output, job.spec.name, job.task.name), samples)
+        summary = aggregate(samples, job.task.primary_metric, s.batch_size, store.peak_memory())
         return {
-            "model": spec.name,
-            "task": task.name,
+            "model": job.spec.name,
+            "task": job.task.name,
             "manifest": {
-                "model_ref": spec.ref,
-                "model": adapter.identity(),
-                "decoding": dataclasses.asdict(config),
+                "model_ref": job.spec.ref,
+                "model": job.adapter.identity(),
+                "decoding": dataclasses.asdict(job.config),
                 "preset": s.preset,
-                "task": task.describe(),
-                "task_version": task.version,
-                "canvas_tokens": canvas,
-                "dataset": data.location,
-                "data_source": data.source,
-                "data_sha256": data.sha256,
-                "prompt_sha256": prompt_hash(planned),
+                "task": job.task.describe(),
+                "task_version": job.task.version,
+                "canvas_tokens": job.canvas,
+                "dataset": job.data.location,
+                "data_source": job.data.source,
+                "data_sha256": job.data.sha256,
+                "prompt_sha256": prompt_hash(job.planned),
                 "seed": s.seed,
                 "limit": s.limit,
-                "n_planned": len(planned),
+                "n_planned": len(job.planned),
             },
             **summary,
         }
-

@@ -42,6 +42,15 @@ class SampleStore:
                 records.setdefault(record["key"], record)
         return records
 
+    def write_peak_memory(self, peak_bytes: int) -> None:
+        """Each writer leaves its peak memory beside its shard; the run reports the largest."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.shard_path.with_suffix(".peak").write_text(str(peak_bytes))
+
+    def peak_memory(self) -> int | None:
+        peaks = [int(p.read_text()) for p in self.folder.glob("shard-*.peak")] if self.folder.exists() else []
+        return max(peaks, default=None)
+
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
         if not lines:

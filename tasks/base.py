@@ -78,6 +78,6 @@ class Task(ABC):
             "metrics": list(self.metrics),
             "canvas_tokens": self.canvas_tokens,
             "dataset": self.dataset.hub_id,
-            "config": self.dataset.config,
+            "config": "+".join(self.dataset.hub_configs) if self.dataset.hub_configs else self.dataset.config,
             "split": self.dataset.split,
         }

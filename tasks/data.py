@@ -11,13 +11,17 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 class DataError(ValueError):
     """Data that cannot be loaded; the message is one line for the user."""
+
+
+RecordCheck = Callable[[dict[str, Any]], "str | None"]
+"""A task's own check of one record: None if it is usable, else a short reason that names the field."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,8 @@ class DatasetSpec:
     fixture: str  # file name under tasks/fixtures/
     required_fields: tuple[str, ...]
     gated: bool = False
+    hub_configs: tuple[str, ...] = ()  # several hub configs read in this order and concatenated (MATH's subjects)
+    check: RecordCheck | None = None  # field checks beyond presence, so bad data fails at load time with its line
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,8 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
 
 
-def read_jsonl(path: Path, required_fields: tuple[str, ...]) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, required_fields: tuple[str, ...],
+               check: RecordCheck | None = None) -> list[dict[str, Any]]:
     records = []
     with _open_text(path) as handle:
         for number, line in enumerate(handle, start=1):
@@ -58,6 +65,9 @@ def read_jsonl(path: Path, required_fields: tuple[str, ...]) -> list[dict[str, A
             missing = [f for f in required_fields if f not in record]
             if missing:
                 raise DataError(f"{path}:{number}: missing field {', '.join(repr(m) for m in missing)}")
+            problem = check(record) if check else None
+            if problem:
+                raise DataError(f"{path}:{number}: {problem}")
             records.append(record)
     if not records:
         raise DataError(f"{path}: no records")
@@ -83,31 +93,38 @@ def load_local(spec: DatasetSpec, data_dir: Path) -> LoadedData:
     path = data_dir / spec.local_file
     if not path.exists():
         raise DataError(f"{path} not found (--data-dir must hold {spec.local_file} in the {spec.hub_id} schema)")
-    return LoadedData(read_jsonl(path, spec.required_fields), "local", str(path), file_sha256(path))
+    return LoadedData(read_jsonl(path, spec.required_fields, spec.check), "local", str(path), file_sha256(path))
 
 
 def load_fixtures(spec: DatasetSpec) -> LoadedData:
     path = FIXTURES / spec.fixture
-    return LoadedData(read_jsonl(path, spec.required_fields), "fixtures", f"fixtures/{spec.fixture}",
+    return LoadedData(read_jsonl(path, spec.required_fields, spec.check), "fixtures", f"fixtures/{spec.fixture}",
                       file_sha256(path))
 
 
 def load_hub(spec: DatasetSpec) -> LoadedData:
     import datasets
 
-    try:
-        dataset = datasets.load_dataset(spec.hub_id, spec.config, split=spec.split)
-    except Exception as error:  # datasets raises many types for network, auth and schema problems
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        hint = (" (gated dataset: accept its terms on the hub and log in with `hf auth login` or set HF_TOKEN)"
-                if spec.gated else "")
-        raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; "
-                        f"or pass --data-dir with {spec.local_file}") from None
-    records = [dict(row) for row in dataset]
+    configs = spec.hub_configs or (spec.config,)
+    records: list[dict[str, Any]] = []
+    for config in configs:
+        try:
+            dataset = datasets.load_dataset(spec.hub_id, config, split=spec.split)
+        except Exception as error:  # datasets raises many types for network, auth and schema problems
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            hint = (" (gated dataset: accept its terms on the hub and log in with `hf auth login` or set HF_TOKEN)"
+                    if spec.gated else "")
+            raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; "
+                            f"or pass --data-dir with {spec.local_file}") from None
+        records.extend(dict(row) for row in dataset)
     missing = [f for f in spec.required_fields if records and f not in records[0]]
     if missing:
         raise DataError(f"{spec.hub_id}: missing field {', '.join(missing)} (schema changed upstream?)")
-    where = f"{spec.hub_id}/{spec.config or 'default'}/{spec.split}"
+    for number, record in enumerate(records, start=1):
+        problem = spec.check(record) if spec.check else None
+        if problem:
+            raise DataError(f"{spec.hub_id} row {number}: {problem}")
+    where = f"{spec.hub_id}/{'+'.join(c or 'default' for c in configs)}/{spec.split}"
     return LoadedData(records, "hub", where, records_sha256(records))
 
 

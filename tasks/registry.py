@@ -1,14 +1,48 @@
-"""The task registry: names a user can pass to ``--tasks``."""
+"""The task registry: names a user can pass to ``--tasks`` (``all`` runs them in this order).
+
+Each task reproduces the ReFusion fork's prompts, stop strings, extraction and metrics (lm-eval 0.4.9.1), with a
+512-token canvas. Metric names are lm-eval's "metric,filter"; the first one is the paper's column:
+
+==============  ==============================================================  ================================
+task            metrics (primary first)                                          groups
+==============  ==============================================================  ================================
+mmlu_pro        exact_match,custom-extract                                       14 subjects (``category``)
+arc_challenge   exact_match,remove_whitespace                                    -
+gsm8k           exact_match,flexible-extract; exact_match,strict-match           -
+math            math_verify,none; exact_match,none                               7 subjects (hub configs)
+gpqa            exact_match,flexible-extract; exact_match,strict-match           -
+humaneval       pass@1,create_test                                               -
+mbpp            pass_at_1,none                                                   -
+==============  ==============================================================  ================================
+
+Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
+code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
+``exec_output_tail``. The fork replaced every answer holding a python block by that block; here that rule applies
+to the two code tasks only, since on math answers it throws the reasoning (and often the answer) away.
+"""
 
 from __future__ import annotations
 
 from typing import Callable
 
+from tasks.arc_challenge import ARCChallenge
 from tasks.base import Task
+from tasks.gpqa import GPQA
 from tasks.gsm8k import GSM8K
+from tasks.hendrycks_math import HendrycksMath
+from tasks.humaneval import HumanEval
+from tasks.mbpp import MBPP
+from tasks.mmlu_pro import MMLUPro
 
+# The order of the paper's table.
 TASKS: dict[str, Callable[[], Task]] = {
+    "mmlu_pro": MMLUPro,
+    "arc_challenge": ARCChallenge,
     "gsm8k": GSM8K,
+    "math": HendrycksMath,
+    "gpqa": GPQA,
+    "humaneval": HumanEval,
+    "mbpp": MBPP,
 }
 
 
@@ -17,4 +51,6 @@ def task_names() -> list[str]:
 
 
 def make_task(name: str) -> Task:
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
     return TASKS[name]()

@@ -56,8 +56,10 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
 
     run_to_end(killed)  # a third run of the same command generates nothing
     assert len(store_lines(killed)) == 5
+    peak = json.loads((killed / "results.json").read_text())["results"][0]["speed"]["peak_memory_bytes"]
+    assert peak > 0
 
     rescored = run_to_end(killed, "--rescore")
     assert "tiny-qwen3" in rescored.stdout and len(store_lines(killed)) == 5
     results = json.loads((killed / "results.json").read_text())["results"][0]
-    assert results["n_samples"] == 5 and results["speed"]["peak_memory_bytes"] is None
+    assert results["n_samples"] == 5 and results["speed"]["peak_memory_bytes"] == peak

@@ -1,0 +1,229 @@
+"""Decoder speed side by side: tokens/s, forwards per token and the share of decode time spent outside the network.
+
+Every decoder row runs on the same networks and prompts, for several canvas lengths:
+  * ``random``: a tiny random Qwen3 shaped like ReFusion (causal, mask id = last vocab id). It is never confident, so
+    ReFusion falls back to one slot per round and completes it token by token: its worst case.
+  * ``confident``: the same network with a large bias on a fixed answer (a mask at p -> f(p), a token at p -> f(p+1)),
+    so every slot is chosen and accepted by the first verification: ReFusion's best case, 2 forwards per serial block.
+Canvases are filled completely (the end-of-sequence id is one the network cannot produce), one warm-up decode per
+(network, canvas, decoder) is excluded, and the device is synchronised around every network call so time inside
+and outside the network can be told apart.
+
+Targets (printed as PASS/FAIL):
+  * ReFusion spends < 20% of its decode time outside network forwards at canvas 512;
+  * on the confident network ReFusion's time per generated token is flat across canvas lengths
+    (time/token at 1024 over time/token at 128 <= 1.5).
+
+    python benchmarks/decoders.py [--device cuda] [--dtype bfloat16] [--canvas 128 256 512 1024] [--prompts 3]
+
+More decoders (LLaDA, Dream, Fast-dLLM) are added as rows of ``decoder_rows``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from models.decoders.ar import ar_generate
+from models.decoders.refusion import RefusionConfig, refusion_generate
+
+OUTSIDE_SHARE_TARGET = 0.20
+FLAT_RATIO_TARGET = 1.5
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# ---- networks ---------------------------------------------------------------------------------------------------
+def build_tiny_refusion(args: argparse.Namespace) -> torch.nn.Module:
+    """A random causal Qwen3 the size of the harness's tiny test models (stand-in for the registry's tiny-refusion)."""
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
+                      num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=args.hidden // 4, max_position_embeddings=args.prompt_len + max(args.canvas) + 8)
+    return Qwen3ForCausalLM(cfg).to(device=args.device, dtype=args.dtype).eval()
+
+
+class ConfidentNetwork(torch.nn.Module):
+    """Adds ``bias`` to a fixed answer's logit so argmax is that answer and its probability is ~1."""
+
+    def __init__(self, inner: torch.nn.Module, mask_id: int, bias: float = 60.0):
+        super().__init__()
+        self.inner, self.mask_id, self.bias, self.config = inner, mask_id, bias, inner.config
+
+    def answer(self, positions: torch.Tensor) -> torch.Tensor:
+        return (7 * positions + 3) % (self.mask_id - 1)  # never the mask id (vocab-1) or vocab-2
+
+    def forward(self, input_ids, position_ids, **kwargs):
+        out = self.inner(input_ids=input_ids, position_ids=position_ids, **kwargs)
+        n = out.logits.shape[1]
+        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
+        target = torch.where(ids == self.mask_id, self.answer(pos), self.answer(pos + 1))
+        bias = torch.full_like(out.logits[..., :1], self.bias)
+        out.logits = out.logits.scatter_add(-1, target[..., None], bias)
+        return out
+
+
+class ForwardTimer(torch.nn.Module):
+    """Wraps a network: counts its calls and accumulates the time spent inside them (device synchronised)."""
+
+    def __init__(self, inner: torch.nn.Module, device: torch.device):
+        super().__init__()
+        self.inner, self.device, self.config = inner, device, inner.config
+        self.seconds, self.calls = 0.0, 0
+
+    def forward(self, *args, **kwargs):
+        sync(self.device)
+        start = time.perf_counter()
+        out = self.inner(*args, **kwargs)
+        sync(self.device)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ---- decoders ---------------------------------------------------------------------------------------------------
+Decode = Callable[[torch.nn.Module, torch.Tensor, int], int]  # (network, prompt [1, P], canvas) -> tokens generated
+
+
+@dataclass(frozen=True)
+class DecoderRow:
+    name: str
+    decode: Decode
+
+
+def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
+    mask_id, no_eos = args.vocab - 1, args.vocab  # an id outside the vocabulary: canvases are always filled
+
+    def refusion(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
+        block = min(args.block_length, canvas)
+        cfg = RefusionConfig(gen_length=canvas, slot_size=args.slot_size, serial_num_blocks=canvas // block,
+                             slot_threshold=0.9, token_threshold=0.9, mask_id=mask_id, eos_id=no_eos)
+        return len(refusion_generate(network, prompt, cfg).token_ids)
+
+    def ar_greedy(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
+        result = ar_generate(network, prompt, torch.ones_like(prompt), canvas, [no_eos], pad_id=0)[0]
+        return len(result.token_ids)
+
+    return [DecoderRow("refusion", refusion), DecoderRow("ar-greedy", ar_greedy)]
+
+
+# ---- measurement ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    network: str
+    canvas: int
+    decoder: str
+    tokens: int
+    forwards: int
+    seconds: float
+    forward_seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def forwards_per_token(self) -> float:
+        return self.forwards / self.tokens
+
+    @property
+    def outside_share(self) -> float:
+        return max(0.0, 1.0 - self.forward_seconds / self.seconds)
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000.0 * self.seconds / self.tokens
+
+
+@torch.inference_mode()
+def measure(name: str, network: torch.nn.Module, row: DecoderRow, prompts: list[torch.Tensor], canvas: int,
+            device: torch.device) -> Measurement:
+    timer = ForwardTimer(network, device)
+    row.decode(timer, prompts[0], canvas)  # warm-up, not counted
+    timer.seconds, timer.calls = 0.0, 0
+    tokens, seconds = 0, 0.0
+    for prompt in prompts:
+        sync(device)
+        start = time.perf_counter()
+        tokens += row.decode(timer, prompt, canvas)
+        sync(device)
+        seconds += time.perf_counter() - start
+    return Measurement(name, canvas, row.name, tokens, timer.calls, seconds, timer.seconds)
+
+
+def print_table(results: list[Measurement], rows: list[DecoderRow]) -> None:
+    print(f"{'network':<10} {'canvas':>6} {'decoder':<10} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'outside':>8}"
+          f" {'tok/s vs ' + rows[-1].name:>20}")
+    baseline = {(m.network, m.canvas): m for m in results if m.decoder == rows[-1].name}
+    for m in results:
+        ratio = m.tokens_per_second / baseline[(m.network, m.canvas)].tokens_per_second
+        print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<10} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
+              f" {m.ms_per_token:>8.3f} {m.outside_share:>7.1%} {ratio:>19.2f}x")
+
+
+def print_targets(results: list[Measurement]) -> None:
+    by_key = {(m.network, m.canvas, m.decoder): m for m in results}
+    for network in ("random", "confident"):
+        m = by_key.get((network, 512, "refusion"))
+        if m is None:
+            print(f"SKIP outside-forward share ({network}): canvas 512 not measured")
+            continue
+        verdict = "PASS" if m.outside_share < OUTSIDE_SHARE_TARGET else "FAIL"
+        print(f"{verdict} refusion/{network} canvas 512: {m.outside_share:.1%} of decode time outside network forwards"
+              f" (target < {OUTSIDE_SHARE_TARGET:.0%})")
+    lo, hi = by_key.get(("confident", 128, "refusion")), by_key.get(("confident", 1024, "refusion"))
+    if lo is None or hi is None:
+        print("SKIP per-token cost flatness: canvases 128 and 1024 not both measured")
+        return
+    ratio = hi.ms_per_token / lo.ms_per_token
+    verdict = "PASS" if ratio <= FLAT_RATIO_TARGET else "FAIL"
+    print(f"{verdict} refusion/confident time per token, canvas 1024 vs 128: {ratio:.2f}x"
+          f" ({hi.ms_per_token:.3f} vs {lo.ms_per_token:.3f} ms; target <= {FLAT_RATIO_TARGET})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on cuda, else float32")
+    parser.add_argument("--canvas", type=int, nargs="+", default=[128, 256, 512, 1024])
+    parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--prompt-len", type=int, default=32)
+    parser.add_argument("--vocab", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--slot-size", type=int, default=8)
+    parser.add_argument("--block-length", type=int, default=128, help="serial block length (canvas // blocks)")
+    parser.add_argument("--networks", nargs="+", default=["random", "confident"], choices=["random", "confident"])
+    args = parser.parse_args()
+    args.device = torch.device(args.device)
+    args.dtype = DTYPES[args.dtype or ("bfloat16" if args.device.type == "cuda" else "float32")]
+
+    base = build_tiny_refusion(args)
+    networks = {"random": base, "confident": ConfidentNetwork(base, mask_id=args.vocab - 1)}
+    generator = torch.Generator().manual_seed(1234)
+    prompts = [torch.randint(0, args.vocab - 2, (1, args.prompt_len), generator=generator).to(args.device)
+               for _ in range(args.prompts)]
+    rows = decoder_rows(args)
+    print(f"device {args.device}, dtype {args.dtype}, network vocab {args.vocab} hidden {args.hidden} layers "
+          f"{args.layers}, prompts {args.prompts} x {args.prompt_len} tokens, slot {args.slot_size}, serial block "
+          f"{args.block_length}, thresholds 0.9/0.9; baseline = models.decoders.ar.ar_generate (greedy, KV cache)")
+    results = []
+    for name in args.networks:
+        for canvas in args.canvas:
+            for row in rows:
+                results.append(measure(name, networks[name], row, prompts, canvas, args.device))
+    print_table(results, rows)
+    print_targets(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Data-parallel runs under ``torchrun`` or ``accelerate launch``: both set RANK, WORLD_SIZE and LOCAL_RANK.
+
+Each rank generates its share of every model × task into its own store shard; rank 0 waits for the others, then
+scores and aggregates everything. The store is keyed by content, so a rerun may use another number of ranks.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+WAIT_FOR_RANKS = timedelta(hours=24)  # ranks finish at different times; torchrun itself reports a dead rank
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.world_size > 1
+
+
+def context_from_env() -> DistContext:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return DistContext(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def start(ctx: DistContext, device: torch.device) -> None:
+    """Join the process group (NCCL on CUDA, gloo otherwise) and make a killed run say what happened."""
+    if not ctx.active or dist.is_initialized():
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend=backend, timeout=WAIT_FOR_RANKS)
+    signal.signal(signal.SIGTERM, _stopped_by_launcher(ctx))
+
+
+def wait_for_all(ctx: DistContext) -> None:
+    """Rank 0 waits for every rank to finish generating; a rank that never arrives is named in the error."""
+    if not ctx.active:
+        return
+    group = dist.new_group(backend="gloo", timeout=WAIT_FOR_RANKS)
+    try:
+        dist.monitored_barrier(group=group, timeout=WAIT_FOR_RANKS, wait_all_ranks=True)
+    except RuntimeError as error:
+        from harness.runner import RunError
+
+        raise RunError(f"rank {ctx.rank}: not every rank finished ({str(error).splitlines()[0]}); finished samples "
+                       f"are kept in the store, rerun the same command to resume") from None
+
+
+def stop(ctx: DistContext) -> None:
+    if ctx.active and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _stopped_by_launcher(ctx: DistContext):
+    def handler(signum, frame):
+        print(f"rank {ctx.rank}: stopped by the launcher (another rank failed?); finished samples are kept in the "
+              f"store, rerun the same command to resume", file=sys.stderr)
+        sys.exit(1)
+
+    return handler

@@ -1,0 +1,156 @@
+"""Fast-dLLM (v1) core shared by its LLaDA and Dream samplers: how a denoising step calls the network in each cache
+mode, and which masks a step commits (a fixed count, or a confidence threshold).
+
+Cache modes (decoders.md §4.1), per block [start, end) of the canvas x:
+- ``none``: every step runs the whole canvas.
+- ``prefix``: the block's first step runs the whole canvas and keeps the K/V of x[:, :start]; later steps feed
+  x[:, start:] (this block and every later one) against that prefix, which goes stale as the block fills in.
+- ``dual``: the block's first step keeps the K/V of the whole canvas; later steps feed only x[:, start:end] and
+  overwrite that slice of the cache in place, so the suffix K/V stay as they were at the block start.
+
+Queries sit at their absolute canvas positions in every mode (the native networks take the cache length, or the
+replaced range, as the first query column). The network is any callable with the native signature
+``network(ids, attention_mask=, position_ids=, cache=, store_cache=, replace_range=)`` returning logits; in mode
+``none`` only ``attention_mask``/``position_ids`` are passed, so plain callables work there too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from models.base import DecodeResult
+from models.decoders.sampling import as_logits, rows_to_results
+from models.networks.common import KVCache
+
+Network = Callable[..., Any]
+CACHE_MODES = ("none", "prefix", "dual")
+
+
+@dataclass(frozen=True)
+class FastDLLMOutput:
+    tokens: torch.LongTensor  # [B, gen_length], the generated part only
+    nfe: int  # network calls for the whole batch (a batched call counts once, measurement.md)
+
+
+@dataclass(frozen=True)
+class Padding:
+    """What every forward needs about left padding, over the whole canvas [B, P + G].
+
+    mask: 1 = real token, 0 = pad; None when no row is padded (so the network skips masking).
+    positions: explicit RoPE positions (Dream's tok_idx); None = the network's default (the buffer index for LLaDA).
+    """
+
+    mask: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+
+    def kwargs(self, start: int = 0, end: int | None = None) -> dict[str, torch.Tensor]:
+        """Forward kwargs for queries x[:, start:end]; the mask always spans every key (cached + new)."""
+        out: dict[str, torch.Tensor] = {}
+        if self.mask is not None:
+            out["attention_mask"] = self.mask
+        if self.positions is not None:
+            out["position_ids"] = self.positions[:, start:end]
+        return out
+
+
+def extend_mask(attention_mask: torch.Tensor | None, gen_length: int) -> torch.Tensor | None:
+    """The prompt mask right-extended with ones over the canvas, or None when nothing is padded."""
+    if attention_mask is None or bool((attention_mask != 0).all()):
+        return None
+    return F.pad(attention_mask, (0, gen_length), value=1)
+
+
+def dream_positions(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """Dream's tok_idx: cumsum(mask) - 1 with pads at 1, so each row's real tokens count 0, 1, ... (§3.2)."""
+    if mask is None:
+        return None
+    positions = mask.long().cumsum(-1) - 1
+    return positions.masked_fill(mask == 0, 1)
+
+
+# ---- network calls ------------------------------------------------------------------------------------------------
+
+
+def full_forward(network: Network, x: torch.Tensor, padding: Padding, cache: KVCache | None) -> torch.Tensor:
+    """Logits of the whole canvas; with ``cache`` (empty) it also stores every position's K/V in it."""
+    kwargs: dict[str, Any] = padding.kwargs()
+    if cache is not None:
+        kwargs.update(cache=cache, store_cache=True)
+    return as_logits(network(x, **kwargs))
+
+
+def window_forward(
+    network: Network, x: torch.Tensor, start: int, end: int, mode: str, padding: Padding, cache: KVCache | None
+) -> tuple[torch.Tensor, int]:
+    """One in-block step: logits of the positions fed and the canvas column of the first of them.
+
+    none: the whole canvas (column 0). prefix: x[:, start:] against the cached prefix x[:, :start]. dual: x[:, start:end]
+    written over the cache slice [start, end) before attending to the whole cache.
+    """
+    if mode == "none":
+        return as_logits(network(x, **padding.kwargs())), 0
+    if cache is None:
+        raise ValueError(f"cache mode {mode!r} needs the cache of the block's first forward")
+    if mode == "prefix":
+        if cache.length != start:
+            raise ValueError(f"prefix cache holds {cache.length} positions, the block starts at {start}")
+        return as_logits(network(x[:, start:], cache=cache, **padding.kwargs(start))), start
+    if mode == "dual":
+        logits = network(x[:, start:end], cache=cache, replace_range=(start, end), **padding.kwargs(start, end))
+        return as_logits(logits), start
+    raise ValueError(f"unknown cache mode {mode!r}; valid: {', '.join(CACHE_MODES)}")
+
+
+# ---- selection ----------------------------------------------------------------------------------------------------
+
+
+def rank_desc(confidence: torch.Tensor) -> torch.LongTensor:
+    """Each entry's rank within its row, highest first (0 = most confident); ties go to the lower index."""
+    order = torch.argsort(confidence, dim=-1, descending=True, stable=True)
+    ranks = torch.empty_like(order)
+    positions = torch.arange(order.shape[-1], device=order.device).expand_as(order)
+    return ranks.scatter_(-1, order, positions)
+
+
+def select_transfer(
+    confidence: torch.Tensor,
+    candidates: torch.Tensor,
+    counts: torch.Tensor | None = None,
+    threshold: float | None = None,
+) -> torch.Tensor:
+    """Which candidates to commit, per row of [B, N]: the top ``counts[b]`` by confidence (threshold None), or the
+    most confident one plus every other with confidence >= threshold (Fast-dLLM rejects conf < threshold).
+
+    ``counts`` may be a [B] tensor, with threshold a cap: ranks beyond it are never taken (Dream's carry path).
+    Non-candidates are never chosen, so a row without candidates commits nothing.
+    """
+    conf = confidence.masked_fill(~candidates, float("-inf"))
+    ranks = rank_desc(conf)
+    if threshold is None:
+        if counts is None:
+            raise ValueError("select_transfer needs counts or a threshold")
+        chosen = ranks < counts.reshape(-1, 1)
+    else:
+        chosen = (ranks == 0) | (conf >= threshold)
+        if counts is not None:
+            chosen &= ranks < counts.reshape(-1, 1)
+    return chosen & candidates
+
+
+def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> torch.Tensor:
+    """Dream's right shift: the logits scoring canvas positions lo..hi-1 when ``logits`` start at column ``offset``.
+
+    Position i is scored by the output at i-1; the first column of the call scores itself (the reference shifts
+    within each call's window, so a window's position 0 is scored by its own output, which is never used for a mask).
+    """
+    idx = torch.arange(lo, hi, device=logits.device) - offset - 1
+    return logits[:, idx.clamp_min(0)]
+
+
+def decode_results(output: FastDLLMOutput, eos_ids: Sequence[int]) -> list[DecodeResult]:
+    """Harness results: ids cut after the first end-of-sequence id, nfe split evenly across the batch rows."""
+    return rows_to_results(output.tokens, output.nfe, list(eos_ids))

@@ -1,0 +1,301 @@
+"""ReFusion decoding: plan masked slots with the MDM head, verify them autoregressively, reuse every committed K/V.
+
+The network is a causal ``Qwen3ForCausalLM``. The buffer is the prompt followed by committed slots in the order they
+were committed, each token keeping its own position id (RoPE is applied before keys enter the cache, so the buffer
+need not be sorted). One iteration over the still-masked slots R of the current serial block:
+
+  A. plan:   feed masks(R) on top of the cache (the first call also feeds the prompt); read logits UNSHIFTED;
+             draft = argmax (Gumbel-max at T > 0); choose slots whose first-token probability > slot_threshold
+             (else the single best); crop the masks back out of the cache.
+  B. verify: feed the chosen drafts concatenated; read probabilities SHIFTED (row j-1 scores token j); the first
+             token of each slot is accepted by force. Leading whole accepted slots are committed with the K/V this
+             pass wrote. An accepted end-of-sequence commits up to it and closes the serial block.
+  C. if not even the first chosen slot was accepted whole: complete all chosen slots in parallel, one cache row
+     per slot (draft pass with rejected tokens re-masked, then a verify pass, until every slot is accepted), and
+     append each slot's own K/V (computed from the buffer and that slot only).
+
+Two reference defects are fixed (spec decoders.md 1.6a/1.6h): after an end-of-sequence in path C the slots to drop
+are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
+order. Without an end-of-sequence the tokens and forward count equal the reference's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from models.base import ConfigError, DecodeResult, cut_after_eos
+from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries, keep_first_rows, \
+    merge_row_suffixes, repeat_rows
+from models.decoders.sampling import add_gumbel_noise, make_generator
+
+
+@dataclass(frozen=True)
+class RefusionConfig:
+    gen_length: int = 512
+    slot_size: int = 8
+    serial_num_blocks: int = 2
+    slot_threshold: float = 0.9
+    token_threshold: float = 0.9
+    temperature: float = 0.0
+    mask_id: int = 151670
+    eos_id: int = 151645
+    seed: int | None = None  # seeds the Gumbel noise when temperature > 0
+
+
+def validate_refusion_config(cfg: RefusionConfig) -> None:
+    """Raise ConfigError (one line) for a configuration the decoder cannot run; nothing is rounded silently."""
+    for name in ("gen_length", "slot_size", "serial_num_blocks", "mask_id", "eos_id"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"refusion: {name} must be an integer, got {value!r}")
+    if cfg.gen_length < 1 or cfg.slot_size < 1 or cfg.serial_num_blocks < 1:
+        raise ConfigError(
+            f"refusion: gen_length, slot_size and serial_num_blocks must be >= 1 "
+            f"(got {cfg.gen_length}, {cfg.slot_size}, {cfg.serial_num_blocks})"
+        )
+    unit = cfg.slot_size * cfg.serial_num_blocks
+    if cfg.gen_length % unit:
+        raise ConfigError(
+            f"refusion: gen_length={cfg.gen_length} does not split into {cfg.serial_num_blocks} serial blocks of whole "
+            f"{cfg.slot_size}-token slots; use a multiple of slot_size*serial_num_blocks={unit} "
+            f"(e.g. {max(unit, cfg.gen_length // unit * unit)} or {math.ceil(cfg.gen_length / unit) * unit})"
+        )
+    for name in ("slot_threshold", "token_threshold"):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"refusion: {name} must be a number in [0, 1], got {value!r}")
+    if not isinstance(cfg.temperature, (int, float)) or not math.isfinite(cfg.temperature) or cfg.temperature < 0:
+        raise ConfigError(f"refusion: temperature must be a finite number >= 0, got {cfg.temperature!r}")
+    if cfg.mask_id < 0 or cfg.eos_id < 0 or cfg.mask_id == cfg.eos_id:
+        raise ConfigError(f"refusion: mask_id and eos_id must be distinct ids >= 0 (got {cfg.mask_id}, {cfg.eos_id})")
+    if cfg.seed is not None and (isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int)):
+        raise ConfigError(f"refusion: seed must be an integer or None, got {cfg.seed!r}")
+
+
+@dataclass(frozen=True)
+class CommitEvent:
+    """State right after a commit, for tests and tracing. ``cache`` is live: read it inside the callback."""
+
+    path: str  # "verify" (global verification accepted leading slots) or "parallel" (in-slot completion)
+    tokens: tuple[int, ...]  # whole buffer: prompt, then committed tokens in commit order
+    positions: tuple[int, ...]
+    n_new: int  # tokens this commit appended (the tail of ``tokens``)
+    slot_size: int
+    cache: Any
+    nfe: int
+
+
+@dataclass(frozen=True)
+class RefusionOutput:
+    token_ids: list[int]  # generated ids in position order, up to and including the first end-of-sequence
+    nfe: int  # every network call
+    hit_max_tokens: bool  # no end-of-sequence was generated
+    iterations: int  # plan/verify rounds
+    tokens_per_forward: float  # the reference's "TPF" (generate.py L227/L327), kept for comparison
+    committed_tokens: int  # tokens committed after the prompt, before the end-of-sequence cut
+
+    def to_decode_result(self) -> DecodeResult:
+        return DecodeResult(token_ids=list(self.token_ids), nfe=float(self.nfe), hit_max_tokens=self.hit_max_tokens)
+
+
+@dataclass
+class _State:
+    """The committed buffer and its cache (the cache always holds exactly ``tokens``, in the same order)."""
+
+    tokens: list[int]
+    positions: list[int]
+    cache: Any = None
+    nfe: int = 0
+    iterations: int = 0
+    tpf_sum: float = 0.0
+    on_commit: Callable[[CommitEvent], None] | None = None
+
+    def commit(self, tokens: list[int], positions: list[int], path: str, slot_size: int) -> None:
+        self.tokens.extend(tokens)
+        self.positions.extend(positions)
+        if cache_length(self.cache) != len(self.tokens):
+            raise RuntimeError(f"refusion: cache holds {cache_length(self.cache)} entries, buffer {len(self.tokens)}")
+        if self.on_commit is not None:
+            self.on_commit(CommitEvent(path, tuple(self.tokens), tuple(self.positions), len(tokens), slot_size,
+                                       self.cache, self.nfe))
+
+
+def _forward(model, state: _State, ids: torch.Tensor, pos: torch.Tensor, **extra) -> torch.Tensor:
+    """One network call on top of the state's cache (the call appends ``ids`` to it); returns the logits."""
+    out = model(input_ids=ids, position_ids=pos, cache=state.cache, use_cache=True, **extra)
+    state.nfe += 1
+    if state.cache is None:
+        state.cache = out.cache
+        check_plain_cache(state.cache)
+    return out.logits
+
+
+def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> torch.Tensor:
+    """Probability of each token, in the logits' dtype; shifted: row j-1 scores token j (row 0 scores itself)."""
+    if shifted:
+        logits = torch.cat([logits[..., :1, :], logits[..., :-1, :]], dim=-2)
+    return torch.softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+@torch.no_grad()
+def refusion_generate(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    cfg: RefusionConfig,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+) -> RefusionOutput:
+    """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each commit."""
+    validate_refusion_config(cfg)
+    if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
+        raise ValueError(f"refusion: prompt_ids must have shape [1, P] with P >= 1, got {tuple(prompt_ids.shape)}")
+    if prompt_ids.dtype != torch.long:
+        raise ValueError(f"refusion: prompt_ids must be torch.long token ids, got {prompt_ids.dtype}")
+    prompt_len, ss = prompt_ids.shape[1], cfg.slot_size
+    device = prompt_ids.device
+    generator = make_generator(cfg.seed, device) if cfg.temperature > 0 else None
+    state = _State(tokens=prompt_ids[0].tolist(), positions=list(range(prompt_len)), on_commit=on_commit)
+    block_len = cfg.gen_length // cfg.serial_num_blocks
+    for block in range(cfg.serial_num_blocks):
+        start = prompt_len + block * block_len
+        remaining = list(range(start, start + block_len, ss))  # first positions of the block's masked slots
+        eos_seen = False
+        while remaining:
+            remaining, eos = _iteration(model, prompt_ids, state, remaining, cfg, generator)
+            eos_seen |= eos
+        if eos_seen:
+            break
+    return _finish(state, prompt_len, cfg)
+
+
+def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[int], cfg: RefusionConfig,
+               generator: torch.Generator | None) -> tuple[list[int], bool]:
+    """One plan + verify round (plus the in-slot loop if needed); returns the slots still masked and an EOS flag."""
+    ss, device = cfg.slot_size, prompt_ids.device
+    n_slots = len(remaining)
+    slot_pos = torch.tensor(remaining, device=device)[:, None] + torch.arange(ss, device=device)  # [R, ss]
+    n_mask = n_slots * ss
+
+    # (A) plan: unshifted MDM logits over every masked slot of the block.
+    ids = torch.full((1, n_mask), cfg.mask_id, dtype=torch.long, device=device)
+    pos = slot_pos.view(1, -1)
+    if state.cache is None:
+        prompt_pos = torch.arange(prompt_ids.shape[1], device=device)[None]
+        logits = _forward(model, state, torch.cat([prompt_ids, ids], 1), torch.cat([prompt_pos, pos], 1),
+                          logits_to_keep=n_mask)
+    else:
+        logits = _forward(model, state, ids, pos)
+    logits = logits[0, -n_mask:]
+    drop_last_entries(state.cache, n_mask)
+    draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1)
+    conf = _token_probs(logits, draft, shifted=False).view(n_slots, ss)
+    draft = draft.view(n_slots, ss)
+    first_scores = conf[:, 0]
+    chosen_t = (first_scores > cfg.slot_threshold).nonzero().flatten()
+    if chosen_t.numel() == 0:
+        chosen_t = first_scores.argmax().view(1)
+    chosen = chosen_t.tolist()  # sorted: nonzero returns ascending indices
+    k = len(chosen)
+
+    # (B) global verification of the concatenated drafts (shifted probabilities).
+    blocks, block_pos = draft[chosen_t], slot_pos[chosen_t]
+    logits = _forward(model, state, blocks.view(1, -1), block_pos.view(1, -1))[0]
+    scores = conf[chosen_t]  # advanced indexing copies
+    scores[:, 1:] = _token_probs(logits, blocks.view(-1), shifted=True).view(k, ss)[:, 1:]
+    accept = scores > cfg.token_threshold
+    accept[:, 0] = True
+    tags = accept.to(torch.long).cumprod(-1)
+    flat_tokens, flat_accept = torch.stack([blocks.view(-1), accept.view(-1).to(torch.long)]).tolist()
+    prefix = next((i for i, a in enumerate(flat_accept) if not a), len(flat_accept))
+    flat_pos = block_pos.view(-1).tolist()
+    eos_at = next((i for i in range(prefix) if flat_tokens[i] == cfg.eos_id), None)
+    if eos_at is not None or prefix >= ss:
+        n_commit = eos_at + 1 if eos_at is not None else prefix // ss * ss
+        n_done = -(-n_commit // ss)
+        drop_last_entries(state.cache, k * ss - n_commit)
+        state.commit(flat_tokens[:n_commit], flat_pos[:n_commit], "verify", ss)
+        state.iterations += 1
+        state.tpf_sum += ss * n_done / 2
+        done = set(chosen[:n_done])
+        limit = chosen[n_done - 1] if eos_at is not None else n_slots  # after an EOS, later slots are dropped
+        return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_at is not None
+
+    # (C) parallel in-slot completion, one cache row per chosen slot.
+    drop_last_entries(state.cache, k * ss)
+    rows, passes, eos_row = _complete_slots(model, state, blocks, block_pos, tags, cfg)
+    flat = rows.view(-1).tolist()
+    n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
+    merge_row_suffixes(state.cache, len(state.tokens), n_keep)
+    state.commit(flat[:n_keep], flat_pos[:n_keep], "parallel", ss)
+    state.iterations += 1
+    state.tpf_sum += ss * k / (2 * passes + 2)
+    done = set(chosen)
+    limit = chosen[eos_row] if eos_row is not None else n_slots  # 1.6a fixed: map the row through the chosen set
+    return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_row is not None
+
+
+def _complete_slots(model, state: _State, blocks: torch.Tensor, block_pos: torch.Tensor, tags: torch.Tensor,
+                    cfg: RefusionConfig) -> tuple[torch.Tensor, int, int | None]:
+    """Accept every chosen slot token by token, all slots at once; returns (slot tokens, passes, first EOS row).
+
+    Row r of the cache holds the buffer then slot r's accepted prefix. Each pass drafts the window from its masked
+    version (unshifted argmax, whatever the temperature) and verifies it (shifted); a token is accepted when its
+    probability passes the threshold or the token before it was already accepted, so every row gains >= 1 token.
+    The window then starts at the last token all rows accepted, re-fed so its logits score the next one.
+    """
+    ss, base = cfg.slot_size, len(state.tokens)
+    rows = blocks.clone()
+    tags = tags.clone()
+    pos = block_pos
+    repeat_rows(state.cache, rows.shape[0])
+    start, passes, eos_row, complete = 0, 0, None, False
+    while not complete:
+        if passes >= ss:
+            raise RuntimeError("refusion: in-slot completion did not finish within slot_size passes")
+        width = ss - start
+        window_tags = tags[:, start:]
+        known = window_tags.bool()
+        masked = torch.where(known, rows[:, start:], cfg.mask_id)
+        proposals = _forward(model, state, masked, pos[:, start:]).argmax(-1)
+        drop_last_entries(state.cache, width)  # the draft pass must leave nothing behind
+        window = torch.where(known, rows[:, start:], proposals)
+        rows[:, start:] = window
+        logits = _forward(model, state, window, pos[:, start:])
+        passes += 1
+        ok = _token_probs(logits, window, shifted=True) > cfg.token_threshold
+        ok |= F.pad(window_tags, (1, 0), value=1)[:, :-1].bool()
+        new_tags = ok.to(torch.long).cumprod(-1)
+        tags[:, start:] = new_tags
+        has_eos = ((window == cfg.eos_id) & new_tags.bool()).any(-1)
+        host_eos, counts = torch.stack([has_eos.to(torch.long), new_tags.sum(-1)]).tolist()
+        if any(host_eos):
+            eos_row = host_eos.index(1)
+            rows, tags, pos = rows[: eos_row + 1], tags[: eos_row + 1], pos[: eos_row + 1]
+            tags[eos_row] = 1  # the EOS row is accepted whole; its tail is cut after the EOS at commit
+            keep_first_rows(state.cache, eos_row + 1)
+            counts = counts[: eos_row] + [width]
+        complete = min(counts) == width
+        start += min(counts) - (0 if complete else 1)
+        drop_last_entries(state.cache, ss - start)
+    return rows, passes, eos_row
+
+
+def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionOutput:
+    """Sort the committed tokens by position and cut after the first end-of-sequence (1.6h fixed)."""
+    gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:]))
+    ids, found = cut_after_eos([t for _, t in gen], [cfg.eos_id])
+    expected = list(range(prompt_len, prompt_len + len(ids)))
+    if [p for p, _ in gen[: len(ids)]] != expected:
+        raise RuntimeError("refusion: committed positions before the first end-of-sequence are not contiguous")
+    return RefusionOutput(
+        token_ids=ids,
+        nfe=state.nfe,
+        hit_max_tokens=not found,
+        iterations=state.iterations,
+        tokens_per_forward=state.tpf_sum / max(state.iterations, 1),
+        committed_tokens=len(gen),
+    )

@@ -1,0 +1,66 @@
+"""``run_eval.py report RUN [RUN ...] [--output DIR] [--baseline MODEL]``: the HTML report from finished runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.compare import RunLoadError
+from reports.browser import BrowserLimits
+from reports.data import ReportError
+
+USAGE_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage, so every bad input ends in one line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ReportError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="run_eval.py report",
+                description="Write a self-contained HTML report (plus CSV and Markdown tables) comparing runs.")
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (or results JSON files)")
+    p.add_argument("--output", type=Path,
+                   help="folder for report.html and the tables (default: the run folder when there is one run, "
+                        "else ./report)")
+    p.add_argument("--baseline", metavar="MODEL",
+                   help="model the accuracy-throughput scatter is relative to (default: the first autoregressive)")
+    p.add_argument("--max-items", type=int, default=BrowserLimits.items_per_task,
+                   help="sample-browser items embedded per task (default %(default)s)")
+    return p
+
+
+def default_output(runs: list[Path]) -> Path:
+    if len(runs) == 1:
+        return runs[0] if runs[0].is_dir() else runs[0].parent
+    return Path("report")
+
+
+def main_report(argv: list[str]) -> int:
+    """Write the report; 0 on success, 2 with one line on stderr on bad input."""
+    from reports.html import write_report  # matplotlib is imported only when a report is written
+
+    try:
+        args = build_parser().parse_args(argv)
+        if args.max_items < 0:
+            raise ReportError(f"--max-items must be 0 or more, got {args.max_items}")
+        output = args.output or default_output(args.runs)
+        path = write_report(args.runs, output, args.baseline, BrowserLimits(items_per_task=args.max_items))
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    except (ReportError, RunLoadError) as error:
+        print(f"report: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    except OSError as error:
+        print(f"report: error: cannot write the report: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    print(f"report: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main_report(sys.argv[1:]))

@@ -1,0 +1,134 @@
+"""What a report shows, gathered once from run folders: one cell per (model, task), sample records, warnings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.compare import Labelled, Run, comparability_warnings, label_results, load_run, load_samples
+from reports.published import COLUMNS, paper_column
+
+
+class ReportError(ValueError):
+    """Bad report input; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (model, task) result, flattened to the numbers a report shows. Accuracy is a fraction (0..1)."""
+
+    label: str
+    model: str
+    task: str
+    run: str
+    metric: str
+    value: float | None
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    tokens_per_second: float | None
+    tokens_per_forward: float | None
+    forwards_per_sample: float | None
+    canvas_tokens: int | None
+    gen_tokens_mean: float | None
+    latency: dict[str, float | None]
+    combined_tokens_per_second: float | None  # data-parallel runs: the sum over ranks (tokens_per_second is per rank)
+    diagnostics: dict[str, Any]
+    manifest: dict[str, Any]
+
+    @property
+    def forwards_per_token(self) -> float | None:
+        return 1.0 / self.tokens_per_forward if self.tokens_per_forward else None
+
+
+@dataclass(frozen=True)
+class ReportData:
+    runs: tuple[Run, ...]
+    cells: tuple[Cell, ...]
+    labels: tuple[str, ...]  # table rows, in run order
+    tasks: tuple[str, ...]  # table columns, the paper's order first
+    samples: dict[tuple[str, str], list[dict[str, Any]]]  # (label, task) -> scored sample records
+    warnings: tuple[str, ...]
+    baseline: str | None
+
+    def cell(self, label: str, task: str) -> Cell | None:
+        return next((c for c in self.cells if c.label == label and c.task == task), None)
+
+    def kind(self, label: str) -> str | None:
+        cell = next((c for c in self.cells if c.label == label), None)
+        return None if cell is None else (cell.manifest.get("model") or {}).get("kind")
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def to_cell(entry: Labelled) -> Cell:
+    r = entry.result
+    primary = r["metrics"].get(r["primary_metric"], {})
+    ci = primary.get("ci95") or [None, None]
+    speed = r.get("speed") or {}
+    return Cell(
+        label=entry.label, model=entry.model, task=entry.task, run=entry.run.name, metric=r["primary_metric"],
+        value=_number(primary.get("value")), ci_low=_number(ci[0]), ci_high=_number(ci[1]), n=int(r["n_samples"]),
+        tokens_per_second=_number(speed.get("tokens_per_second")),
+        tokens_per_forward=_number(speed.get("tokens_per_forward")),
+        forwards_per_sample=_number(speed.get("forwards_per_sample")),
+        canvas_tokens=speed.get("canvas_tokens"), gen_tokens_mean=_number(speed.get("gen_tokens_mean")),
+        latency={k: _number(v) for k, v in (speed.get("latency_s") or {}).items()},
+        combined_tokens_per_second=_number(speed.get("combined_tokens_per_second")),
+        diagnostics=dict(r.get("diagnostics") or {}), manifest=dict(r["manifest"]),
+    )
+
+
+def task_order(tasks: Sequence[str]) -> tuple[str, ...]:
+    """The paper's column order for tasks it has, then the others in order of appearance."""
+    unique = list(dict.fromkeys(tasks))
+    rank = {c: i for i, c in enumerate(COLUMNS)}
+    return tuple(sorted(unique, key=lambda t: (rank.get(paper_column(t) or "", len(rank)), unique.index(t))))
+
+
+def choose_baseline(cells: Sequence[Cell], labels: Sequence[str], requested: str | None) -> str | None:
+    """The requested model (by label or model name); by default the first autoregressive model, else the first."""
+    if not labels:
+        return None
+    if requested is not None:
+        if requested in labels:
+            return requested
+        matching = list(dict.fromkeys(c.label for c in cells if c.model == requested))
+        if len(matching) == 1:
+            return matching[0]
+        if matching:
+            raise ReportError(f"baseline {requested!r} is in several runs; pick one of: {', '.join(matching)}")
+        raise ReportError(f"baseline model {requested!r} is not in the runs; models: {', '.join(labels)}")
+    ar = [c.label for c in cells if (c.manifest.get("model") or {}).get("kind") == "ar"]
+    return ar[0] if ar else labels[0]
+
+
+def gather(run_dirs: Sequence[Path], baseline_model: str | None = None) -> ReportData:
+    """Load the runs and everything the report needs; raises RunLoadError or ReportError with one line."""
+    if not run_dirs:
+        raise ReportError("give at least one run folder")
+    runs = tuple(load_run(Path(p)) for p in run_dirs)
+    entries = label_results(runs)
+    if not entries:
+        raise ReportError("the runs hold no results")
+    cells = tuple(to_cell(e) for e in entries)
+    labels = tuple(dict.fromkeys(c.label for c in cells))
+    samples = {}
+    for e in entries:
+        records = load_samples(e.run, e.model, e.task)
+        if records is not None:
+            samples[(e.label, e.task)] = records
+    return ReportData(
+        runs=runs, cells=cells, labels=labels, tasks=task_order([c.task for c in cells]), samples=samples,
+        warnings=tuple(comparability_warnings(entries)), baseline=choose_baseline(cells, labels, baseline_model),
+    )

@@ -1,0 +1,166 @@
+"""The self-contained HTML report (plus its CSV and Markdown tables), from one or more run folders.
+
+jinja2 with autoescape renders every value as text; figures are PNG data URIs and the page carries a
+Content-Security-Policy that forbids loading anything, so the file works offline and makes no request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import jinja2
+import pandas as pd
+
+from harness.aggregate import TOKEN_DEFINITION
+from harness.compare import Run
+from reports import figures
+from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
+from reports.data import ReportData, gather
+from reports.published import SOURCE, PublishedCell, paper_column, published_table
+from reports.tables import (MANIFEST_COLUMNS, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
+                            published_frame, published_reference_frame, speed_frame, write_tables)
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+REPORT_NAME = "report.html"
+
+
+@dataclass(frozen=True)
+class TableView:
+    """A frame as display strings, for the template's generic table."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class PublishedRow:
+    row: str
+    cells: tuple[PublishedCell | None, ...]
+    average: PublishedCell | None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    name: str
+    environment: tuple[tuple[str, str], ...]
+    settings: tuple[tuple[str, str], ...]
+
+
+def display(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def table_view(frame: pd.DataFrame, digits: int = 2) -> TableView:
+    rows = tuple(tuple(display(v, digits) for v in row) for row in frame.itertuples(index=False))
+    return TableView(tuple(str(c) for c in frame.columns), rows)
+
+
+def published_rows(data: ReportData) -> dict[str, PublishedRow | None]:
+    """For each measured row that maps to the paper, the paper's cells for the same task columns."""
+    table = published_table()
+    out: dict[str, PublishedRow | None] = {}
+    for grid_row in paper_grid(data):
+        if grid_row.published_row is None:
+            out[grid_row.label] = None
+            continue
+        paper = table[grid_row.published_row]
+        cells = tuple(paper.get(paper_column(t) or "") for t in data.tasks)
+        present = [c for c in cells if c is not None]
+        average = (PublishedCell(mean_or_none([c.accuracy for c in present]),  # type: ignore[arg-type]
+                                 mean_or_none([c.tokens_per_second for c in present]))  # type: ignore[arg-type]
+                   if present else None)
+        out[grid_row.label] = PublishedRow(grid_row.published_row, cells, average) if present else None
+    return out
+
+
+def run_info(run: Run) -> RunInfo:
+    env = run.manifest.get("environment") or {}
+    settings = {k: v for k, v in (run.manifest.get("settings") or {}).items() if k not in ("output", "data_dir")}
+    created = run.manifest.get("created")
+    environment = [("created", display(created))] + [(k, display(v)) for k, v in env.items()]
+    return RunInfo(run.name, tuple(environment), tuple((k, display(v)) for k, v in settings.items()))
+
+
+def best_per_task(data: ReportData) -> list[float | None]:
+    values = [[c.value for c in data.cells if c.task == t and c.value is not None] for t in data.tasks]
+    return [100.0 * max(v) if v else None for v in values]
+
+
+def make_environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda value, digits=2: display(value, digits)
+    return env
+
+
+def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> str:
+    """The report page as a string."""
+    payload = browser_payload(data, limits)
+    context = {
+        "title": "Evaluation report: " + ", ".join(run.name for run in data.runs),
+        "generated": time.strftime("%Y-%m-%d %H:%M"),
+        "token_definition": TOKEN_DEFINITION,
+        "runs": [run_info(run) for run in data.runs],
+        "labels": data.labels,
+        "tasks": data.tasks,
+        "paper_columns": {t: paper_column(t) for t in data.tasks},
+        "warnings": data.warnings,
+        "baseline": data.baseline,
+        "grid": paper_grid(data),
+        "best": best_per_task(data),
+        "published_rows": published_rows(data),
+        "figures": {
+            "tradeoff": figures.tradeoff_scatter(data),
+            "accuracy": figures.accuracy_bars(data),
+            "latency": figures.latency_boxes(data),
+            "forwards": figures.forwards_bars(data),
+        },
+        "speed": table_view(speed_frame(data), 3),
+        "diagnostics": table_view(diagnostics_frame(data), 1),
+        "published": table_view(published_frame(data)),
+        "published_reference": table_view(published_reference_frame()),
+        "published_source": SOURCE,
+        "manifest_columns": MANIFEST_COLUMNS,
+        "manifests": manifest_rows(data),
+        "browser": payload,
+        "sample_json": script_json(payload),
+        "correct_at": CORRECT_AT,
+    }
+    return make_environment().get_template("report.html.j2").render(**context)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a report is meant to be shared
+    os.replace(tmp, path)
+
+
+def write_report(run_dirs: Sequence[Path], output_dir: Path, baseline_model: str | None = None,
+                 limits: BrowserLimits = BrowserLimits()) -> Path:
+    """Write report.html and its tables (report_*.csv, report_tables.md) into output_dir; returns the HTML's path.
+
+    Raises RunLoadError or ReportError (both ValueError) with a one-line reason on bad input.
+    """
+    data = gather([Path(p) for p in run_dirs], baseline_model)
+    html = render_report(data, limits)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_tables(data, output_dir)
+    path = output_dir / REPORT_NAME
+    _write_atomic(path, html)
+    return path

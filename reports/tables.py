@@ -1,0 +1,286 @@
+"""The report's numbers as tables: pandas frames for CSV and Markdown, and row objects for the HTML template.
+
+Accuracy is shown in percent (the paper's unit); every table is built from the same ReportData, so the HTML, CSV
+and Markdown never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from harness.compare import MODEL_FIELDS, TASK_FIELDS
+from reports.data import Cell, ReportData
+from reports.published import COLUMNS, SOURCE, PublishedCell, paper_column, paper_row, published_table
+
+
+def pct(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def mean_or_none(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+# --- the paper-style table --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GridCell:
+    accuracy: float | None  # percent
+    ci_low: float | None
+    ci_high: float | None
+    tokens_per_second: float | None
+    n: int | None = None
+
+
+@dataclass(frozen=True)
+class GridRow:
+    label: str
+    cells: tuple[GridCell | None, ...]  # one per task, None where the model did not run it
+    average: GridCell
+    tasks_in_average: int
+    published_row: str | None
+
+
+def grid_cell(cell: Cell) -> GridCell:
+    return GridCell(pct(cell.value), pct(cell.ci_low), pct(cell.ci_high), cell.tokens_per_second, cell.n)
+
+
+def paper_grid(data: ReportData) -> list[GridRow]:
+    """Models as rows, tasks as columns, and the average over the tasks each model ran (as the paper's Avg.)."""
+    rows = []
+    for label in data.labels:
+        cells = tuple(None if (c := data.cell(label, t)) is None else grid_cell(c) for t in data.tasks)
+        present = [c for c in cells if c is not None]
+        average = GridCell(mean_or_none([c.accuracy for c in present]),
+                           None, None, mean_or_none([c.tokens_per_second for c in present]))
+        first = next(c for c in data.cells if c.label == label)
+        published = paper_row(first.model, first.manifest.get("model_ref"))
+        rows.append(GridRow(label, cells, average, len(present), published))
+    return rows
+
+
+def cell_text(cell: GridCell | None, with_ci: bool = True) -> str:
+    if cell is None:
+        return "-"
+    ci = f" [{fmt(cell.ci_low, 1)}, {fmt(cell.ci_high, 1)}]" if with_ci and cell.ci_low is not None else ""
+    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s"
+
+
+def paper_frame(data: ReportData) -> pd.DataFrame:
+    """The paper-style table as text cells: "accuracy [95% CI] / tokens/s"."""
+    records = []
+    for row in paper_grid(data):
+        record: dict[str, Any] = {"model": row.label}
+        record.update({t: cell_text(c) for t, c in zip(data.tasks, row.cells)})
+        suffix = "" if row.tasks_in_average == len(data.tasks) else f" ({row.tasks_in_average} tasks)"
+        record["Avg."] = cell_text(row.average, with_ci=False) + suffix
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+# --- tidy numbers -----------------------------------------------------------------------------------------------------
+
+def summary_frame(data: ReportData) -> pd.DataFrame:
+    """One row per (model, task) with every number the report shows."""
+    records = []
+    for c in data.cells:
+        record: dict[str, Any] = {
+            "model": c.label, "run": c.run, "task": c.task, "metric": c.metric, "n": c.n,
+            "accuracy_pct": pct(c.value), "ci95_low_pct": pct(c.ci_low), "ci95_high_pct": pct(c.ci_high),
+            "tokens_per_second": c.tokens_per_second,
+            "combined_tokens_per_second": c.combined_tokens_per_second, "tokens_per_forward": c.tokens_per_forward,
+            "forwards_per_token": c.forwards_per_token, "forwards_per_sample": c.forwards_per_sample,
+            "canvas_tokens": c.canvas_tokens, "gen_tokens_mean": c.gen_tokens_mean,
+        }
+        record.update({f"latency_{k}_s": v for k, v in c.latency.items()})
+        record.update(diagnostic_values(c))
+        record["data_source"] = c.manifest.get("data_source")
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+def diagnostic_values(cell: Cell) -> dict[str, Any]:
+    """Rates in percent under "<name>_pct"; status counts as "status: count" text."""
+    out: dict[str, Any] = {}
+    for key, value in sorted(cell.diagnostics.items()):
+        if key.endswith("_rate"):
+            out[f"{key[:-5]}_pct"] = pct(value)
+        elif isinstance(value, dict):
+            out[key] = ", ".join(f"{k}: {v}" for k, v in sorted(value.items()))
+        else:
+            out[key] = value
+    return out
+
+
+def speed_frame(data: ReportData) -> pd.DataFrame:
+    records = []
+    for c in data.cells:
+        records.append({
+            "model": c.label, "task": c.task, "tokens/s": c.tokens_per_second, "tokens/forward": c.tokens_per_forward,
+            "forwards/token": c.forwards_per_token, "forwards/sample": c.forwards_per_sample,
+            "canvas": c.canvas_tokens, "gen tokens (mean)": c.gen_tokens_mean,
+            "latency mean s": c.latency.get("mean"), "p50 s": c.latency.get("p50"),
+            "p90 s": c.latency.get("p90"), "p99 s": c.latency.get("p99"),
+        })
+        if any(o.combined_tokens_per_second is not None for o in data.cells):
+            records[-1]["tokens/s all ranks"] = c.combined_tokens_per_second
+    return pd.DataFrame(records)
+
+
+def diagnostics_frame(data: ReportData) -> pd.DataFrame:
+    records = []
+    for c in data.cells:
+        values = diagnostic_values(c)
+        record: dict[str, Any] = {"model": c.label, "task": c.task, "n": c.n}
+        record.update({k.replace("_pct", " %"): v for k, v in values.items()})
+        records.append(record)
+    return pd.DataFrame(records)
+
+
+# --- published beside measured ----------------------------------------------------------------------------------------
+
+PUBLISHED_COLUMNS = ("model", "task", "published row", "n", "measured accuracy %", "published accuracy %",
+                     "measured tokens/s", "published tokens/s")
+
+
+def published_frame(data: ReportData) -> pd.DataFrame:
+    """Measured cells of models and tasks the paper has, beside the paper's published figures for them."""
+    table = published_table()
+    records = []
+    for c in data.cells:
+        row, column = paper_row(c.model, c.manifest.get("model_ref")), paper_column(c.task)
+        if row is None or column is None:
+            continue
+        published: PublishedCell = table[row][column]
+        records.append({
+            "model": c.label, "task": c.task, "published row": row, "n": c.n,
+            "measured accuracy %": pct(c.value), "published accuracy %": published.accuracy,
+            "measured tokens/s": c.tokens_per_second, "published tokens/s": published.tokens_per_second,
+        })
+    return pd.DataFrame(records, columns=PUBLISHED_COLUMNS)
+
+
+def published_reference_frame() -> pd.DataFrame:
+    """The paper's whole table, "accuracy / tokens/s" per cell, for reference."""
+    table = published_table()
+    records = []
+    for row, cells in table.items():
+        record = {"published (paper)": row}
+        record.update({col: f"{cell.accuracy:.2f} / {cell.tokens_per_second:.2f}" for col, cell in cells.items()})
+        acc = sum(c.accuracy for c in cells.values()) / len(cells)
+        tps = sum(c.tokens_per_second for c in cells.values()) / len(cells)
+        record["Avg."] = f"{acc:.2f} / {tps:.2f}"
+        records.append(record)
+    return pd.DataFrame(records, columns=["published (paper)", *COLUMNS, "Avg."])
+
+
+# --- manifests --------------------------------------------------------------------------------------------------------
+
+MANIFEST_COLUMNS = ("model_ref", "fingerprint", "dtype", "decoding", "preset", "task_version", "dataset",
+                    "data_source", "data_sha256", "prompt_sha256", "canvas_tokens", "seed", "limit", "n_planned")
+
+
+@dataclass(frozen=True)
+class ManifestRow:
+    label: str
+    task: str
+    values: dict[str, str]
+    differs: frozenset[str]  # scoring fields that differ from another result they are compared with
+
+
+def _manifest_text(manifest: dict[str, Any], key: str) -> str:
+    if key in ("fingerprint", "dtype"):
+        value = (manifest.get("model") or {}).get(key)
+    else:
+        value = manifest.get(key)
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    if key == "data_sha256" and isinstance(value, str):
+        return value[:16]
+    return "-" if value is None else str(value)
+
+
+def manifest_rows(data: ReportData) -> list[ManifestRow]:
+    """Per-result manifests, marking a task field that differs within its task and a model field that differs
+    between two runs of the same model."""
+    def canonical(cell: Cell, key: str) -> str:
+        return json.dumps(cell.manifest.get(key), sort_keys=True, default=str)
+
+    rows = []
+    for c in data.cells:
+        same_task = [o for o in data.cells if o.task == c.task]
+        same_model = [o for o in same_task if o.model == c.model]
+        differs = {f for f in TASK_FIELDS if len({canonical(o, f) for o in same_task}) > 1}
+        differs |= {f for f in MODEL_FIELDS if len({canonical(o, f) for o in same_model}) > 1}
+        rows.append(ManifestRow(c.label, c.task, {k: _manifest_text(c.manifest, k) for k in MANIFEST_COLUMNS},
+                                frozenset(differs)))
+    return rows
+
+
+def manifest_frame(data: ReportData) -> pd.DataFrame:
+    return pd.DataFrame([{"model": r.label, "task": r.task, **r.values} for r in manifest_rows(data)])
+
+
+# --- files ------------------------------------------------------------------------------------------------------------
+
+def _md_cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    text = f"{value:.2f}" if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (pandas' to_markdown needs tabulate, which is not a dependency)."""
+    if frame.empty:
+        return "_(none)_"
+    header = "| " + " | ".join(_md_cell(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def markdown_report(data: ReportData) -> str:
+    parts = ["# Evaluation tables", "",
+             "Accuracy in % with its 95% Wilson interval / tokens per second (generated tokens until EOS).", ""]
+    if data.warnings:
+        parts += ["**Comparability warnings**", ""] + [f"- {w}" for w in data.warnings] + [""]
+    parts += ["## Accuracy and throughput", "", markdown_table(paper_frame(data)), ""]
+    parts += ["## Speed", "", markdown_table(speed_frame(data)), ""]
+    parts += ["## Diagnostics (rates in %)", "", markdown_table(diagnostics_frame(data)), ""]
+    published = published_frame(data)
+    parts += [f"## Published figures beside measured ({SOURCE})", "",
+              markdown_table(published) if not published.empty else "_No measured model maps to a paper row._", ""]
+    parts += ["## Published table (paper, not measured here)", "", markdown_table(published_reference_frame()), ""]
+    return "\n".join(parts)
+
+
+def write_tables(data: ReportData, output_dir: Path) -> list[Path]:
+    """CSV and Markdown versions of the report's tables; returns the files written."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        "report_results.csv": summary_frame(data),
+        "report_table.csv": paper_frame(data),
+        "report_published.csv": published_frame(data),
+        "report_manifests.csv": manifest_frame(data),
+    }
+    written = []
+    for name, frame in files.items():
+        path = output_dir / name
+        frame.to_csv(path, index=False)
+        written.append(path)
+    markdown = output_dir / "report_tables.md"
+    markdown.write_text(markdown_report(data), encoding="utf-8")
+    written.append(markdown)
+    return written

@@ -1,0 +1,85 @@
+"""The report in a real browser: it renders, requests nothing, logs no error, and model output stays text.
+
+Skipped only when no Chromium binary is installed (CI installs one with ``apt-get install -y chromium``).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from reports.html import write_report
+
+EVIL = '</script><script>window.__pwned=1</script><img src="x" onerror="window.__pwned=2"> & <b>not bold</b>'
+READY = "document.body && document.body.dataset.browserReady"
+
+
+@pytest.fixture
+def browser(chromium_page):
+    binary = chromium_page.find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary on PATH (install with: apt-get install -y chromium)")
+    return binary
+
+
+def report(tmp_path, rf):
+    x = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    y = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0]  # docs 1, 2, 5 disagree on gsm8k
+    texts = [EVIL] + [f"Working...\nThe answer is {i}." for i in range(1, 6)]
+    run = rf.write_run(tmp_path / "run", [
+        rf.Entry("qwen3", "gsm8k", rf.samples(x, texts=texts, latency=0.4), model_ref="Qwen/Qwen3-8B"),
+        rf.Entry("qwen3", "mbpp", rf.samples(x[:4], latency=0.3), model_ref="Qwen/Qwen3-8B"),
+        rf.Entry("refusion", "gsm8k", rf.samples(y, texts=texts, nfe=6, latency=0.1), model_ref="ML-GSAI/ReFusion",
+                 kind="refusion"),
+        rf.Entry("refusion", "mbpp", rf.samples(y[:4], nfe=6, latency=0.1), model_ref="ML-GSAI/ReFusion",
+                 kind="refusion"),
+    ])
+    return write_report([run], tmp_path / "out")
+
+
+def test_report_renders_offline_without_errors(tmp_path, rf, browser, chromium_page):
+    page = report(tmp_path, rf)
+    visit = chromium_page.visit(browser, page, tmp_path / "profile", ready=READY, expressions={
+        "items": "document.querySelectorAll('article.item').length",
+        "pwned": "String(window.__pwned)",
+        "scripts": "document.scripts.length",
+        "bold": "document.querySelectorAll('#s-list b').length",
+        "evil_shown": f"[...document.querySelectorAll('#s-list pre')].some(p => p.textContent === {EVIL!r})",
+        "images_loaded": "[...document.images].every(i => i.complete && i.naturalWidth > 0)",
+        "disagreements": "(() => { document.getElementById('f-disagree').click();"
+                         " return document.querySelectorAll('article.item').length; })()",
+        "refusion_wrong": "(() => { const m = document.getElementById('f-model'); m.value = '1';"
+                          " m.dispatchEvent(new Event('change'));"
+                          " const ok = document.getElementById('f-ok'); ok.value = 'wrong';"
+                          " ok.dispatchEvent(new Event('change'));"
+                          " return document.querySelectorAll('article.item').length; })()",
+    })
+    (tmp_path / "screenshot.png").write_bytes(visit.screenshot)
+    assert visit.requests == []
+    assert visit.errors == []
+    ev = visit.evaluations
+    assert ev["items"] == 10  # 6 gsm8k + 4 mbpp items
+    assert ev["pwned"] == "undefined" and ev["scripts"] == 2 and ev["bold"] == 0
+    assert ev["evil_shown"] is True and ev["images_loaded"] is True
+    assert ev["disagreements"] == 3 + 2  # gsm8k docs 1, 2, 5; mbpp docs 1, 2
+    assert ev["refusion_wrong"] == 3  # with "disagree" still on: refusion wrong on gsm8k docs 2, 5 and mbpp doc 2
+    image = Image.open(io.BytesIO(visit.screenshot)).convert("RGB")
+    assert image.size == (1280, 900)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 200  # text, tables and a figure, not a blank page
+
+
+def test_the_check_catches_requests_and_errors(tmp_path, rf, browser, chromium_page):
+    """Negative control: the same page with an external image and a throwing script must not pass."""
+    page = report(tmp_path, rf)
+    html = page.read_text(encoding="utf-8")
+    tampered = html.replace("<main>", '<main><img src="http://example.invalid/pixel.png">'
+                                      '<script>throw new Error("boom")</script>', 1)
+    bad = tmp_path / "tampered.html"
+    bad.write_text(tampered, encoding="utf-8")
+    visit = chromium_page.visit(browser, bad, tmp_path / "profile", ready=READY)
+    assert any("boom" in e for e in visit.errors)
+    assert any("example.invalid" in r for r in visit.requests)  # seen even though the page's policy blocks it
+    assert any("example.invalid" in e and "Content Security Policy" in e for e in visit.errors)
