@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
 
 import torch
 
@@ -46,16 +45,8 @@ def generation_eos_ids(network, tokenizer) -> list[int]:
     return ids
 
 
-class ARAdapter(ModelAdapter):
-    """Weights load on first use, so planning, resuming and rescoring never pay for them."""
-
-    def __init__(self, name: str, source: ModelSource, device: torch.device, dtype: torch.dtype,
-                 defaults: dict[str, Any] | None = None):
-        self.name = name
-        self.source = source
-        self.device = device
-        self.dtype = dtype
-        self._defaults = ARConfig(**(defaults or {}))
+class CausalLMAdapter(ModelAdapter):
+    """Any network transformers loads as a causal LM; the tokenizer and weights load on first use."""
 
     @cached_property
     def _loaded(self):
@@ -69,21 +60,19 @@ class ARAdapter(ModelAdapter):
     def network(self):
         return self._loaded[1]
 
-    def default_config(self) -> ARConfig:
-        return self._defaults
+    def eos_ids(self) -> list[int]:
+        return generation_eos_ids(self.network, self.tokenizer)
+
+
+class ARAdapter(CausalLMAdapter):
+    kind = "ar"
+    config_class = ARConfig
 
     def validate_config(self, config: ARConfig) -> None:
         if config.do_sample and config.temperature <= 0:
             raise ConfigError(f"{self.name}: temperature must be > 0 when do_sample is on")
         if not 0 < config.top_p <= 1:
             raise ConfigError(f"{self.name}: top_p must be in (0, 1], got {config.top_p}")
-
-    def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "ref": self.source.ref, "fingerprint": self.source.fingerprint,
-                "dtype": str(self.dtype).removeprefix("torch."), "kind": "ar"}
-
-    def eos_ids(self) -> list[int]:
-        return generation_eos_ids(self.network, self.tokenizer)
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         config: ARConfig = batch.config

@@ -92,16 +92,25 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 class ModelAdapter(ABC):
-    """Base class of every adapter. Subclasses set ``name``, ``tokenizer``, ``device`` and implement ``decode``."""
+    """Base class of every adapter. Subclasses set ``kind`` and ``config_class`` and provide ``tokenizer``,
+    ``eos_ids`` and ``decode``; weights are expected to load lazily, so planning and rescoring never pay for them."""
 
-    name: str
+    kind: str
+    config_class: type
     tokenizer: Any
-    device: torch.device
+
+    def __init__(self, name: str, source: Any, device: torch.device, dtype: torch.dtype,
+                 defaults: dict[str, Any] | None = None):
+        self.name = name
+        self.source = source  # models.loading.ModelSource
+        self.device = device
+        self.dtype = dtype
+        self._defaults = apply_overrides(self.config_class(), defaults or {}, name)
 
     # ---- configuration -------------------------------------------------------------------------------------
-    @abstractmethod
     def default_config(self) -> Any:
         """The decoding configuration dataclass with this model's defaults."""
+        return self._defaults
 
     def make_config(self, overrides: dict[str, Any] | None = None) -> Any:
         config = apply_overrides(self.default_config(), overrides or {}, self.name)
@@ -112,8 +121,9 @@ class ModelAdapter(ABC):
         """Raise ConfigError for combinations the decoder cannot run."""
 
     def identity(self) -> dict[str, Any]:
-        """What identifies this model's outputs apart from the decoding config (id, revision, dtype, template)."""
-        return {"name": self.name}
+        """What identifies this model's outputs apart from the decoding config (weights and their dtype)."""
+        return {"name": self.name, "kind": self.kind, "ref": self.source.ref, "fingerprint": self.source.fingerprint,
+                "dtype": str(self.dtype).removeprefix("torch.")}
 
     # ---- the three phases ----------------------------------------------------------------------------------
     def render(self, request: GenerationRequest, config: Any) -> str:

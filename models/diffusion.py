@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
-
-import torch
 
 from models.base import ConfigError, DecodeResult, ModelAdapter, PreparedBatch
 from models.decoders import dream as dream_decoder
 from models.decoders import llada as llada_decoder
+from models.decoders.fastdllm_dream import FastDreamConfig, fastdllm_dream_generate, validate_fast_dream_config
+from models.decoders.fastdllm_llada import FastLLaDAConfig, fastdllm_llada_generate, validate_fast_llada_config
 from models.decoders.sampling import rows_to_results
 from models.loading import ModelSource, hub_error
 from models.networks.loading import CheckpointError, load_network
@@ -43,17 +42,6 @@ def token_id(tokenizer, token: str) -> int:
 class NativeDiffusionAdapter(ModelAdapter):
     """Shared loading for networks implemented in ``models/networks``; weights load on first decode."""
 
-    kind: str  # "llada" | "dream"
-    config_class: type
-
-    def __init__(self, name: str, source: ModelSource, device: torch.device, dtype: torch.dtype,
-                 defaults: dict[str, Any] | None = None):
-        self.name = name
-        self.source = source
-        self.device = device
-        self.dtype = dtype
-        self._defaults = self.config_class(**(defaults or {}))
-
     @cached_property
     def tokenizer(self):
         return load_tokenizer(self.source)
@@ -66,12 +54,10 @@ class NativeDiffusionAdapter(ModelAdapter):
         except CheckpointError as error:
             raise ConfigError(str(error)) from None
 
-    def default_config(self):
-        return self._defaults
 
-    def identity(self) -> dict[str, Any]:
-        return {"name": self.name, "ref": self.source.ref, "fingerprint": self.source.fingerprint,
-                "dtype": str(self.dtype).removeprefix("torch."), "kind": self.kind}
+def fast_mode(options) -> bool:
+    """Fast-dLLM decoding is on when a confidence threshold or a KV cache is asked for."""
+    return options.threshold is not None or options.cache != "none"
 
 
 @dataclass(frozen=True)
@@ -83,16 +69,22 @@ class LLaDAOptions:
     remasking: str = "low_confidence"
     logits_eos_inf: bool = False
     confidence_eos_eot_inf: bool = False
+    threshold: float | None = None  # Fast-dLLM: commit every mask at least this confident (top-1 always)
+    cache: str = "none"  # Fast-dLLM: "none" | "prefix" | "dual"
     seed: int | None = None
 
 
-def llada_config(options: LLaDAOptions, canvas: int, **token_ids: int) -> llada_decoder.LLaDAConfig:
-    return llada_decoder.LLaDAConfig(
-        gen_length=canvas, steps=options.steps or canvas, block_length=options.block_length or canvas,
-        temperature=options.temperature, cfg_scale=options.cfg_scale, remasking=options.remasking,
-        logits_eos_inf=options.logits_eos_inf, confidence_eos_eot_inf=options.confidence_eos_eot_inf,
-        seed=options.seed, **token_ids,
-    )
+def llada_config(options: LLaDAOptions, canvas: int, **token_ids: int):
+    """The plain LLaDA sampler's config, or Fast-dLLM's when a threshold or a cache is set."""
+    common = dict(gen_length=canvas, steps=options.steps or canvas, block_length=options.block_length or canvas,
+                  temperature=options.temperature, remasking=options.remasking, seed=options.seed, **token_ids)
+    if not fast_mode(options):
+        return llada_decoder.LLaDAConfig(**common, cfg_scale=options.cfg_scale, logits_eos_inf=options.logits_eos_inf,
+                                         confidence_eos_eot_inf=options.confidence_eos_eot_inf)
+    if options.cfg_scale or options.logits_eos_inf or options.confidence_eos_eot_inf:
+        raise ConfigError("Fast-dLLM decoding (threshold or cache set) has no cfg_scale, logits_eos_inf or "
+                          "confidence_eos_eot_inf; unset them or use plain decoding (threshold=None, cache=none)")
+    return FastLLaDAConfig(**common, threshold=options.threshold, cache=options.cache)
 
 
 class LLaDAAdapter(NativeDiffusionAdapter):
@@ -101,7 +93,7 @@ class LLaDAAdapter(NativeDiffusionAdapter):
 
     def validate_config(self, config: LLaDAOptions) -> None:
         """Field checks now; whether steps and blocks divide the canvas is checked when the canvas is known."""
-        llada_decoder.validate_llada_config(llada_config(config, config.block_length or config.steps or 512))
+        validate_llada(llada_config(config, config.block_length or config.steps or 512))
 
     def eos_ids(self) -> list[int]:
         return [token_id(self.tokenizer, "<|endoftext|>"), token_id(self.tokenizer, "<|eot_id|>")]
@@ -110,29 +102,50 @@ class LLaDAAdapter(NativeDiffusionAdapter):
         eos, eot = self.eos_ids()
         cfg = llada_config(batch.config, batch.requests[0].canvas_tokens, eos_id=eos, eot_id=eot,
                            mask_id=token_id(self.tokenizer, "<|mdm_mask|>"))
-        llada_decoder.validate_llada_config(cfg)
-        output = llada_decoder.llada_generate(self.network, batch.input_ids, batch.attention_mask, cfg)
+        validate_llada(cfg)
+        generate = fastdllm_llada_generate if isinstance(cfg, FastLLaDAConfig) else llada_decoder.llada_generate
+        output = generate(self.network, batch.input_ids, batch.attention_mask, cfg)
         return rows_to_results(output.tokens, output.nfe, self.eos_ids())
+
+
+def validate_llada(cfg) -> None:
+    if isinstance(cfg, FastLLaDAConfig):
+        validate_fast_llada_config(cfg)
+    else:
+        llada_decoder.validate_llada_config(cfg)
 
 
 @dataclass(frozen=True)
 class DreamOptions:
-    steps: int | None = None  # None: one step per token (steps = canvas), as Dream's evaluation
+    steps: int | None = None  # None: one step per token (plain), or canvas / 32 with a threshold (Fast-dLLM's)
     temperature: float = 0.0
     top_p: float | None = None
     top_k: int | None = None
     alg: str = "entropy"
     alg_temp: float | None = None
     eps: float = 1e-3
+    block_length: int = 32  # Fast-dLLM's cached paths only
+    threshold: float | None = None  # Fast-dLLM: commit every mask at least this confident (top-1 always)
+    cache: str = "none"  # Fast-dLLM: "none" | "prefix" | "dual"
     seed: int | None = None
 
 
-def dream_config(options: DreamOptions, canvas: int, **token_ids: int) -> dream_decoder.DreamConfig:
-    return dream_decoder.DreamConfig(
-        max_new_tokens=canvas, steps=options.steps or canvas, temperature=options.temperature, top_p=options.top_p,
-        top_k=options.top_k, alg=options.alg, alg_temp=options.alg_temp, eps=options.eps, seed=options.seed,
-        **token_ids,
-    )
+def dream_config(options: DreamOptions, canvas: int, **token_ids: int):
+    """The plain Dream sampler's config, or Fast-dLLM's when a threshold or a cache is set."""
+    common = dict(max_new_tokens=canvas, temperature=options.temperature, top_p=options.top_p, top_k=options.top_k,
+                  alg=options.alg, alg_temp=options.alg_temp, eps=options.eps, seed=options.seed, **token_ids)
+    if not fast_mode(options):
+        return dream_decoder.DreamConfig(**common, steps=options.steps or canvas)
+    default_steps = max(canvas // 32, 1) if options.threshold is not None else canvas
+    return FastDreamConfig(**common, steps=options.steps or default_steps, block_length=options.block_length,
+                           threshold=options.threshold, cache=options.cache)
+
+
+def validate_dream(cfg) -> None:
+    if isinstance(cfg, FastDreamConfig):
+        validate_fast_dream_config(cfg)
+    else:
+        dream_decoder.validate_dream_config(cfg)
 
 
 class DreamAdapter(NativeDiffusionAdapter):
@@ -142,7 +155,7 @@ class DreamAdapter(NativeDiffusionAdapter):
     config_class = DreamOptions
 
     def validate_config(self, config: DreamOptions) -> None:
-        dream_decoder.validate_dream_config(dream_config(config, config.steps or 512))
+        validate_dream(dream_config(config, config.steps or 512))
 
     def eos_ids(self) -> list[int]:
         return [token_id(self.tokenizer, "<|endoftext|>"), token_id(self.tokenizer, "<|im_end|>")]
@@ -150,6 +163,7 @@ class DreamAdapter(NativeDiffusionAdapter):
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         cfg = dream_config(batch.config, batch.requests[0].canvas_tokens,
                            mask_id=token_id(self.tokenizer, "<|mask|>"), eos_id=self.eos_ids()[0])
-        dream_decoder.validate_dream_config(cfg)
-        output = dream_decoder.dream_generate(self.network, batch.input_ids, batch.attention_mask, cfg)
+        validate_dream(cfg)
+        generate = fastdllm_dream_generate if isinstance(cfg, FastDreamConfig) else dream_decoder.dream_generate
+        output = generate(self.network, batch.input_ids, batch.attention_mask, cfg)
         return rows_to_results(output.tokens, output.nfe, self.eos_ids())

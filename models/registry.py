@@ -45,6 +45,24 @@ DREAM_PAPER = {
     for task, length in {"mmlu_pro": 128, "gsm8k": 256, "math": 512, "humaneval": 768, "mbpp": 1024}.items()
 }
 
+# ReFusion's eval.sh (decoders.md §1.4): canvas 512, slot size, serial blocks, slot and token thresholds per task.
+REFUSION_PAPER = {
+    task: {"gen_length": 512, "slot_size": slot, "serial_num_blocks": blocks, "slot_threshold": slot_thr,
+           "token_threshold": token_thr}
+    for task, (slot, blocks, slot_thr, token_thr) in {
+        "mmlu_pro": (16, 4, 0.9, 0.4),
+        "arc_challenge": (8, 64, 0.8, 0.1),
+        "gsm8k": (32, 4, 0.9, 0.4),
+        "math": (32, 8, 0.8, 0.6),
+        "gpqa": (8, 32, 0.8, 0.2),
+        "humaneval": (32, 4, 0.9, 0.4),
+        "mbpp": (32, 4, 0.9, 0.3),
+    }.items()
+}
+
+# Fast-dLLM's published setting (decoders.md §4.3): dual cache + parallel decoding, block 32, threshold 0.9.
+FASTDLLM = {"block_length": 32, "threshold": 0.9, "cache": "dual"}
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
@@ -54,6 +72,11 @@ MODELS: dict[str, ModelSpec] = {
                   "Llama-3-8B-Instruct, autoregressive baseline (greedy)", {"enable_thinking": None}),
         ModelSpec("tiny-qwen3", "ar", "tiny-qwen3", "offline: random tiny Qwen3 with a local tokenizer",
                   {"enable_thinking": False}),
+        ModelSpec("refusion", "refusion", "GSAI-ML/ReFusion",
+                  "ReFusion, slot-level plan-and-infill on Qwen3-8B (eval.py defaults; --preset paper per task)",
+                  presets={"paper": REFUSION_PAPER}),
+        ModelSpec("tiny-refusion", "refusion", "tiny-refusion", "offline: random tiny ReFusion with a local tokenizer",
+                  presets={"paper": REFUSION_PAPER}),
         ModelSpec("llada", "llada", "GSAI-ML/LLaDA-8B-Instruct",
                   "LLaDA-8B-Instruct, masked diffusion, low-confidence remasking", presets={"paper": LLADA_PAPER}),
         ModelSpec("tiny-llada", "llada", "tiny-llada", "offline: random tiny LLaDA with a local tokenizer",
@@ -62,6 +85,10 @@ MODELS: dict[str, ModelSpec] = {
                   presets={"paper": DREAM_PAPER}),
         ModelSpec("tiny-dream", "dream", "tiny-dream", "offline: random tiny Dream with a local tokenizer",
                   presets={"paper": DREAM_PAPER}),
+        ModelSpec("llada-fastdllm", "llada", "GSAI-ML/LLaDA-8B-Instruct",
+                  "LLaDA-8B-Instruct with Fast-dLLM: dual cache, block 32, threshold 0.9", FASTDLLM),
+        ModelSpec("dream-fastdllm", "dream", "Dream-org/Dream-v0-Instruct-7B",
+                  "Dream-v0-Instruct-7B with Fast-dLLM: dual cache, block 32, threshold 0.9", FASTDLLM),
     ]
 }
 
@@ -78,15 +105,21 @@ def spec_for(name: str) -> ModelSpec:
     return MODELS[name]
 
 
-def load_adapter(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> ModelAdapter:
-    source = resolve_source(spec.ref)
-    if spec.kind == "ar":
+def adapter_class(kind: str) -> type[ModelAdapter]:
+    """Adapters are imported on demand, so listing the registry stays cheap."""
+    if kind == "ar":
         from models.ar import ARAdapter
 
-        return ARAdapter(spec.name, source, device, dtype, spec.defaults)
-    if spec.kind in ("llada", "dream"):
-        from models.diffusion import DreamAdapter, LLaDAAdapter
+        return ARAdapter
+    if kind == "refusion":
+        from models.refusion import RefusionAdapter
 
-        adapter_class = LLaDAAdapter if spec.kind == "llada" else DreamAdapter
-        return adapter_class(spec.name, source, device, dtype, spec.defaults)
-    raise ValueError(f"no adapter for model kind {spec.kind}")
+        return RefusionAdapter
+    from models.diffusion import DreamAdapter, LLaDAAdapter
+
+    return {"llada": LLaDAAdapter, "dream": DreamAdapter}[kind]
+
+
+def load_adapter(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> ModelAdapter:
+    """The adapter for a registry entry; its weights load on first decode."""
+    return adapter_class(spec.kind)(spec.name, resolve_source(spec.ref), device, dtype, spec.defaults)
