@@ -16,12 +16,14 @@ Targets (printed as PASS/FAIL):
 
     python benchmarks/decoders.py [--device cuda] [--dtype bfloat16] [--canvas 128 256 512 1024] [--prompts 3]
 
-More decoders (LLaDA, Dream, Fast-dLLM) are added as rows of ``decoder_rows``.
+LLaDA and Dream, plain and with Fast-dLLM's prefix cache, dual cache and threshold (block 32), run as further rows
+at ``--diffusion-canvas`` (256) on native networks of the same size, compared with the same AR baseline.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -30,6 +32,10 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from models.decoders.ar import ar_generate
+from models.decoders.fastdllm_modes import fastdllm_generate, mode_config
+from models.networks.dream import tiny_dream_config
+from models.networks.llada import tiny_llada_config
+from models.networks.loading import build_network
 from models.decoders.refusion import RefusionConfig, refusion_generate
 
 OUTSIDE_SHARE_TARGET = 0.20
@@ -116,6 +122,33 @@ def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
     return [DecoderRow("refusion", refusion), DecoderRow("ar-greedy", ar_greedy)]
 
 
+DIFFUSION_MODES = ("baseline", "prefix", "dual", "parallel", "dual+parallel")
+
+
+def build_tiny_diffusion(kind: str, args: argparse.Namespace) -> torch.nn.Module:
+    """A random native LLaDA or Dream network with the same width, depth and vocabulary as the Qwen3 above."""
+    config = (tiny_llada_config if kind == "llada" else tiny_dream_config)(args.vocab)
+    config = dataclasses.replace(config, **({"d_model": args.hidden, "n_layers": args.layers,
+                                             "mlp_hidden_size": 3 * args.hidden} if kind == "llada" else
+                                            {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
+                                             "intermediate_size": 3 * args.hidden}))
+    return build_network(config, device=args.device, dtype=args.dtype, seed=0)
+
+
+def diffusion_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
+    """LLaDA / Dream plain and with Fast-dLLM's caches and threshold (block 32), as rows named "<kind> <mode>"."""
+    ids = {"mask_id": args.vocab - 1, "eos_id": args.vocab}
+
+    def row(mode: str) -> DecoderRow:
+        def decode(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
+            cfg = mode_config(kind, mode, canvas, args.diffusion_block, **ids)
+            return fastdllm_generate(network, prompt, None, cfg).tokens.numel()
+
+        return DecoderRow(f"{kind} {mode}", decode)
+
+    return [row(mode) for mode in DIFFUSION_MODES]
+
+
 # ---- measurement ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Measurement:
@@ -161,12 +194,14 @@ def measure(name: str, network: torch.nn.Module, row: DecoderRow, prompts: list[
 
 
 def print_table(results: list[Measurement], rows: list[DecoderRow]) -> None:
-    print(f"{'network':<10} {'canvas':>6} {'decoder':<10} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'outside':>8}"
+    print(f"{'network':<10} {'canvas':>6} {'decoder':<18} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'outside':>8}"
           f" {'tok/s vs ' + rows[-1].name:>20}")
     baseline = {(m.network, m.canvas): m for m in results if m.decoder == rows[-1].name}
+    for m in results:  # LLaDA / Dream rows compare with the AR baseline on the random network at the same canvas
+        baseline.setdefault((m.network, m.canvas), baseline.get(("random", m.canvas), m))
     for m in results:
         ratio = m.tokens_per_second / baseline[(m.network, m.canvas)].tokens_per_second
-        print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<10} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
+        print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<18} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
               f" {m.ms_per_token:>8.3f} {m.outside_share:>7.1%} {ratio:>19.2f}x")
 
 
@@ -203,6 +238,8 @@ def main() -> None:
     parser.add_argument("--slot-size", type=int, default=8)
     parser.add_argument("--block-length", type=int, default=128, help="serial block length (canvas // blocks)")
     parser.add_argument("--networks", nargs="+", default=["random", "confident"], choices=["random", "confident"])
+    parser.add_argument("--diffusion-canvas", type=int, default=256, help="canvas of the LLaDA/Dream rows (0: skip)")
+    parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
     args = parser.parse_args()
     args.device = torch.device(args.device)
     args.dtype = DTYPES[args.dtype or ("bfloat16" if args.device.type == "cuda" else "float32")]
@@ -221,6 +258,11 @@ def main() -> None:
         for canvas in args.canvas:
             for row in rows:
                 results.append(measure(name, networks[name], row, prompts, canvas, args.device))
+    if args.diffusion_canvas:
+        for kind in ("llada", "dream"):
+            network = build_tiny_diffusion(kind, args)
+            for row in diffusion_rows(kind, args):
+                results.append(measure(kind, network, row, prompts, args.diffusion_canvas, args.device))
     print_table(results, rows)
     print_targets(results)
 
