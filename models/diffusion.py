@@ -117,7 +117,7 @@ def validate_llada(cfg) -> None:
 
 @dataclass(frozen=True)
 class DreamOptions:
-    steps: int | None = None  # None: one step per token (plain), or canvas / 32 with a threshold (Fast-dLLM's)
+    steps: int | None = None  # None: one step per token, or one nominal step per block with a threshold
     temperature: float = 0.0
     top_p: float | None = None
     top_k: int | None = None
@@ -136,7 +136,7 @@ def dream_config(options: DreamOptions, canvas: int, **token_ids: int):
                   alg=options.alg, alg_temp=options.alg_temp, eps=options.eps, seed=options.seed, **token_ids)
     if not fast_mode(options):
         return dream_decoder.DreamConfig(**common, steps=options.steps or canvas)
-    default_steps = max(canvas // 32, 1) if options.threshold is not None else canvas
+    default_steps = max(canvas // options.block_length, 1) if options.threshold is not None else canvas
     return FastDreamConfig(**common, steps=options.steps or default_steps, block_length=options.block_length,
                            threshold=options.threshold, cache=options.cache)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 import torch
 
-from models.base import GenerationRequest, Message
+from models.base import ConfigError, GenerationRequest, Message
 from models.loading import resolve_source
 from models.registry import load_adapter, spec_for
 from models.tiny import materialize
@@ -24,13 +25,25 @@ REQUESTS = [chat("What is 2 + 2?"), chat("A much longer question about apples, p
             chat("Pick one.", prefill="The best answer is")]
 
 
-@pytest.fixture(scope="module", params=["tiny-qwen3", "tiny-llada", "tiny-dream"])
-def adapter(request):
-    return load_adapter(spec_for(request.param), CPU, torch.float32)
+# Each adapter with options small enough for a 24-token canvas; the Fast-dLLM rows use a cache and a threshold.
+CASES = {
+    "tiny-qwen3": {},
+    "tiny-refusion": {"slot_size": 4, "serial_num_blocks": 2},
+    "tiny-llada": {"steps": 12},
+    "tiny-dream": {"steps": 12},
+    "tiny-llada+fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
+    "tiny-dream+fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
+}
 
 
-def test_batched_left_padded_equals_unbatched(adapter):
-    config = adapter.make_config({"steps": 12} if adapter.name != "tiny-qwen3" else {})
+@pytest.fixture(scope="module", params=list(CASES))
+def case(request):
+    adapter = load_adapter(spec_for(request.param.split("+")[0]), CPU, torch.float32)
+    return adapter, adapter.make_config(CASES[request.param])
+
+
+def test_batched_left_padded_equals_unbatched(case):
+    adapter, config = case
     batched = adapter.generate(REQUESTS, config)
     for request, row in zip(REQUESTS, batched):
         (alone,) = adapter.generate([request], config)
@@ -38,8 +51,9 @@ def test_batched_left_padded_equals_unbatched(adapter):
         assert row.gen_tokens == len(row.token_ids) <= request.canvas_tokens
 
 
-def test_generation_accounting(adapter):
-    (gen,) = adapter.generate([REQUESTS[0]], adapter.make_config())
+def test_generation_accounting(case):
+    adapter, config = case
+    (gen,) = adapter.generate([REQUESTS[0]], config)
     eos = set(adapter.eos_ids())
     assert gen.hit_max_tokens == (not eos & set(gen.token_ids))
     assert all(t not in eos for t in gen.token_ids[:-1])
@@ -72,3 +86,24 @@ def test_tiny_models_are_deterministic_and_load_like_checkpoints(tmp_path):
     by_path = load_adapter(spec_for(f"hf:{resolve_source('tiny-qwen3').path}"), CPU, torch.float32)
     config = by_name.make_config()
     assert by_name.generate(REQUESTS[:1], config)[0].token_ids == by_path.generate(REQUESTS[:1], config)[0].token_ids
+
+
+def test_paper_preset_reaches_the_decoder_and_the_manifest(tmp_path):
+    from harness.cli import main
+
+    status = main(["--models", "tiny-refusion", "--tasks", "gsm8k", "--data", "fixtures", "--preset", "paper",
+                   "--gen-length", "128", "--limit", "1", "--output", str(tmp_path), "--no-progress"])
+    assert status == 0
+    manifest = json.loads((tmp_path / "results.json").read_text())["results"][0]["manifest"]
+    assert manifest["canvas_tokens"] == 128  # --gen-length wins over the preset's 512
+    assert {k: manifest["decoding"][k] for k in ("slot_size", "serial_num_blocks", "slot_threshold",
+                                                 "token_threshold")} == {"slot_size": 32, "serial_num_blocks": 4,
+                                                                         "slot_threshold": 0.9, "token_threshold": 0.4}
+
+
+def test_invalid_refusion_split_is_one_clear_line():
+    adapter = load_adapter(spec_for("tiny-refusion"), CPU, torch.float32)
+    with pytest.raises(ConfigError, match="does not split"):
+        adapter.generate([chat("q", canvas=36)], adapter.make_config({"slot_size": 8, "serial_num_blocks": 2}))
+    with pytest.raises(ConfigError, match="threshold"):
+        adapter.make_config({"slot_threshold": 1.5})
