@@ -23,10 +23,11 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     if kind == "task" and names == ("all",):
         return tuple(valid)
-    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith("hf:"))]
+    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith("hf:"))
+               and not (kind == "task" and n.startswith("lmeval:"))]
     if unknown or not names:
         extra = " (or hf:<hub id or local path>)" if allow_hf else ""
-        extra += " (or all)" if kind == "task" else ""
+        extra += " (or all, or lmeval:<lm-eval task>)" if kind == "task" else ""
         raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(value)}; valid {kind}s: "
                          f"{', '.join(valid)}{extra}")
     return names

@@ -32,7 +32,7 @@ from models.base import GenerationRequest, Message, ModelAdapter
 from models.loading import parse_dtype
 from models.registry import ModelSpec, load_adapter, spec_for
 from tasks.base import Doc, Task, TaskPrompt
-from tasks.data import LoadedData, load_records
+from tasks.data import LoadedData
 from tasks.registry import make_task
 
 
@@ -213,7 +213,7 @@ class Runner:
         self.dtype = parse_dtype(settings.dtype, self.device)
 
     def load_data(self, task: Task) -> LoadedData:
-        data = load_records(task.dataset, self.settings.data, self.settings.data_dir)
+        data = task.load(self.settings.data, self.settings.data_dir)
         if data.source == "fixtures" and self.settings.data == "auto" and self.dist.is_main:
             print(f"note: {task.name}: hub dataset {task.dataset.hub_id} not reachable, using the bundled fixture "
                   f"items (pass --data hub to fail instead, or --data-dir for local files)")
@@ -254,7 +254,8 @@ class Runner:
         s = self.settings
         docs = task.docs(data.records)[: s.limit] if s.limit else task.docs(data.records)
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
-        canvas = s.gen_length or overrides.pop("gen_length", None) or task.canvas_tokens
+        preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
+        canvas = s.gen_length or preset_canvas or task.canvas_tokens
         config = with_run_seed(adapter.make_config(overrides), s.seed)
         return Job(spec, adapter, task, data, config, canvas, plan(task, docs, adapter, config, canvas, s.seed))
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
-from tasks.data import DatasetSpec
+from tasks.data import DatasetSpec, LoadedData, load_records
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,11 @@ class Task(ABC):
 
     def doc_id(self, record: dict[str, Any], index: int) -> str:
         return str(index)
+
+    def load(self, source: str, data_dir: Path | None) -> LoadedData:
+        """The task's records. Most tasks read their ``dataset`` (hub, local folder or fixtures); a task that brings its
+        own data (an lm-eval task) overrides this."""
+        return load_records(self.dataset, source, data_dir)
 
     @abstractmethod
     def prompt(self, doc: Doc) -> TaskPrompt:

@@ -1,0 +1,51 @@
+"""Speed records of an lm-eval run through a harness adapter, and their figures, written beside lm-eval's output.
+
+The per-sample records carry the fields the harness's runner stores (latency, tokens, forwards, warm-up flag), so
+``harness.aggregate.speed_figures`` turns them into the same figures as a harness run.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.aggregate import speed_figures
+from harness.store import safe_name
+
+
+@dataclass
+class TaskSpeed:
+    records: list[dict[str, Any]] = field(default_factory=list)
+    peak_memory: int | None = None
+
+
+@dataclass
+class SpeedLog:
+    """Records per lm-eval task, in generation order."""
+
+    batch_size: int
+    tasks: dict[str, TaskSpeed] = field(default_factory=dict)
+
+    def add(self, task: str, records: list[dict[str, Any]]) -> None:
+        self.tasks.setdefault(task, TaskSpeed()).records.extend(records)
+
+    def set_peak_memory(self, task: str, peak: int) -> None:
+        self.tasks.setdefault(task, TaskSpeed()).peak_memory = peak
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        return {task: speed_figures(t.records, self.batch_size, t.peak_memory) for task, t in self.tasks.items()}
+
+    def write(self, folder: Path, stamp: str, about: dict[str, Any]) -> list[Path]:
+        """``dllm_speed_<stamp>.json`` (figures per task plus ``about``) and one
+        ``dllm_speed_samples_<task>_<stamp>.jsonl`` per task, named like lm-eval's results and samples files."""
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        for task, speed in self.tasks.items():
+            path = folder / f"dllm_speed_samples_{safe_name(task)}_{stamp}.jsonl"
+            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in speed.records), encoding="utf-8")
+            written.append(path)
+        summary = folder / f"dllm_speed_{stamp}.json"
+        summary.write_text(json.dumps({**about, "speed": self.figures()}, indent=2, default=str), encoding="utf-8")
+        return [summary, *written]
