@@ -22,7 +22,9 @@ class UsageError(ValueError):
 def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = False) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     if kind == "task" and names == ("all",):
-        return tuple(valid)
+        from tasks.registry import PAPER_TASKS
+
+        return PAPER_TASKS
     unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith("hf:"))
                and not (kind == "task" and n.startswith("lmeval:"))]
     if unknown or not names:
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
     p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
-    p.add_argument("--tasks", help="comma-separated task names, or all")
+    p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
     p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>; reruns resume it)")
     p.add_argument("--seed", type=int, default=1234)

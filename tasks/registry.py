@@ -13,7 +13,12 @@ math            math_verify,none; exact_match,none                              
 gpqa            exact_match,flexible-extract; exact_match,strict-match           -
 humaneval       pass@1,create_test                                               -
 mbpp            pass_at_1,none                                                   -
+humaneval_plus  pass@1,plus; pass@1,base                                         -
+mbpp_plus       pass@1,plus; pass@1,base                                         -
 ==============  ==============================================================  ================================
+
+The last two are not in the paper: HumanEval+ and MBPP+ (evalplus) with the paper's HumanEval and MBPP prompts and
+extraction, scored on evalplus's base and extra tests (tasks/evalplus_tasks.py).
 
 Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
 code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
@@ -27,6 +32,7 @@ from typing import Callable
 
 from tasks.arc_challenge import ARCChallenge
 from tasks.base import Task
+from tasks.evalplus_tasks import HumanEvalPlus, MBPPPlus
 from tasks.gpqa import GPQA
 from tasks.gsm8k import GSM8K
 from tasks.hendrycks_math import HendrycksMath
@@ -43,7 +49,14 @@ TASKS: dict[str, Callable[[], Task]] = {
     "gpqa": GPQA,
     "humaneval": HumanEval,
     "mbpp": MBPP,
+    # Beyond the paper: evalplus's HumanEval+ and MBPP+.
+    "humaneval_plus": HumanEvalPlus,
+    "mbpp_plus": MBPPPlus,
 }
+
+
+# The seven benchmarks of the ReFusion paper, in its column order: what ``--tasks all`` runs.
+PAPER_TASKS = ("mmlu_pro", "arc_challenge", "gsm8k", "math", "gpqa", "humaneval", "mbpp")
 
 
 def task_names() -> list[str]:
@@ -51,6 +64,11 @@ def task_names() -> list[str]:
 
 
 def make_task(name: str) -> Task:
+    """A registry task, or ``lmeval:<task>``: any generative lm-eval task (tasks/lmeval_bridge.py)."""
+    if name.startswith("lmeval:"):
+        from tasks.lmeval_bridge import LMEvalTask
+
+        return LMEvalTask.from_name(name.removeprefix("lmeval:"))
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r} (known: {', '.join(TASKS)})")
     return TASKS[name]()

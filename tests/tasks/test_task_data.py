@@ -95,7 +95,8 @@ def test_the_local_layout_names():
     assert {name: make_task(name).dataset.local_file for name in task_names()} == {
         "mmlu_pro": "mmlu_pro/test.jsonl", "arc_challenge": "arc_challenge/test.jsonl", "gsm8k": "gsm8k/test.jsonl",
         "math": "math/test.jsonl", "gpqa": "gpqa/gpqa_main.jsonl", "humaneval": "humaneval/HumanEval.jsonl.gz",
-        "mbpp": "mbpp/mbpp.jsonl"}
+        "mbpp": "mbpp/mbpp.jsonl", "humaneval_plus": "humaneval_plus/HumanEvalPlus.jsonl.gz",
+        "mbpp_plus": "mbpp_plus/MbppPlus.jsonl.gz"}
 
 
 class FakeHub:

@@ -17,7 +17,7 @@ from tasks.humaneval import HumanEval
 from tasks.mbpp import MBPP
 from tasks.mmlu_pro import SUBJECTS as MMLU_SUBJECTS
 from tasks.mmlu_pro import MMLUPro
-from tasks.registry import make_task, task_names
+from tasks.registry import PAPER_TASKS, make_task, task_names
 
 PAPER_PRIMARY = {
     "mmlu_pro": "exact_match,custom-extract",
@@ -31,7 +31,7 @@ PAPER_PRIMARY = {
 
 
 def test_registry_has_the_seven_tasks_in_the_papers_order_with_its_columns():
-    assert task_names() == list(PAPER_PRIMARY)
+    assert task_names()[:7] == list(PAPER_PRIMARY) == list(PAPER_TASKS)
     for name, primary in PAPER_PRIMARY.items():
         task = make_task(name)
         assert task.name == name
