@@ -167,21 +167,21 @@ def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str
     return samples
 
 
-def write_jsonl_atomic(path: Path, records: Sequence[dict[str, Any]]) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write a whole file or nothing: a crash never leaves a half-written results or samples file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        handle.write(text)
     os.replace(tmp, path)
+
+
+def write_jsonl_atomic(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
 
 def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle, indent=2, default=str)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
 def samples_path(output: Path, model: str, task: str) -> Path:

@@ -28,10 +28,12 @@ def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, revision=source.revision)
-        network = AutoModelForCausalLM.from_pretrained(source.path, revision=source.revision, dtype=dtype)
+        # Straight onto the device: an 8B checkpoint never takes a detour through host memory.
+        network = AutoModelForCausalLM.from_pretrained(source.path, revision=source.revision, dtype=dtype,
+                                                       device_map={"": str(device)})
     except (OSError, ValueError) as error:
         raise hub_error(source.ref, error) from None
-    return tokenizer, network.to(device).eval()
+    return tokenizer, network.eval()
 
 
 def generation_eos_ids(network, tokenizer) -> list[int]:

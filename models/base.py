@@ -10,9 +10,12 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from models.loading import ModelSource
 
 
 @dataclass(frozen=True)
@@ -99,10 +102,10 @@ class ModelAdapter(ABC):
     config_class: type
     tokenizer: Any
 
-    def __init__(self, name: str, source: Any, device: torch.device, dtype: torch.dtype,
+    def __init__(self, name: str, source: "ModelSource", device: torch.device, dtype: torch.dtype,
                  defaults: dict[str, Any] | None = None):
         self.name = name
-        self.source = source  # models.loading.ModelSource
+        self.source = source
         self.device = device
         self.dtype = dtype
         self._defaults = apply_overrides(self.config_class(), defaults or {}, name)

@@ -247,7 +247,7 @@ def _complete_slots(model, state: _State, blocks: torch.Tensor, block_pos: torch
     probability passes the threshold or the token before it was already accepted, so every row gains >= 1 token.
     The window then starts at the last token all rows accepted, re-fed so its logits score the next one.
     """
-    ss, base = cfg.slot_size, len(state.tokens)
+    ss = cfg.slot_size
     rows = blocks.clone()
     tags = tags.clone()
     pos = block_pos

@@ -409,7 +409,7 @@ def test_slot_threshold_one_on_a_network_picks_highest_first_token_score(model):
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
     out = refusion_generate(model, prompt, cfg, on_commit=tracker)
     assert out.nfe == 2 * (cfg.gen_length // cfg.slot_size) and all(e.n_new == cfg.slot_size for e in tracker.events)
-    p, visible = prompt.shape[1], torch.ones(prompt.shape[1], prompt.shape[1]).tril().bool()
+    p = prompt.shape[1]
     tokens, positions = prompt[0].tolist(), list(range(p))
     remaining = list(range(p, p + cfg.gen_length, cfg.slot_size))
     for event in tracker.events:

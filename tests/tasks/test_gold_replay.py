@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
 
 from tasks.arc_challenge import ARCChallenge, gold_letter
 from tasks.base import Task
