@@ -40,10 +40,10 @@ from models.decoders.fastdllm import (
     select_transfer,
     window_forward,
 )
+from models.decoders.llada import check_block_schedule, check_sampling
 from models.decoders.sampling import add_gumbel_noise, check_inputs, llada_transfer_counts, make_generator
 from models.networks.common import KVCache
 
-REMASKING = ("low_confidence", "random")
 
 
 @dataclass(frozen=True)
@@ -69,25 +69,12 @@ class FastLLaDAConfig:
 
 def validate_fast_llada_config(cfg: FastLLaDAConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
-    if cfg.gen_length < 1:
-        raise ConfigError(f"gen_length must be >= 1, got {cfg.gen_length}")
-    if cfg.block_length < 1:
-        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
-    if cfg.gen_length % cfg.block_length != 0:
-        raise ConfigError(f"gen_length ({cfg.gen_length}) must be a multiple of block_length ({cfg.block_length})")
-    num_blocks = cfg.gen_length // cfg.block_length
-    if cfg.steps < 1 or cfg.steps % num_blocks != 0:
-        raise ConfigError(f"steps ({cfg.steps}) must be a positive multiple of the number of blocks ({num_blocks})")
+    check_block_schedule(cfg.gen_length, cfg.block_length, cfg.steps)
+    check_sampling(cfg.temperature, cfg.remasking, cfg.seed)
     if cfg.threshold is not None and (math.isnan(cfg.threshold) or cfg.threshold < 0):
         raise ConfigError(f"threshold must be >= 0 or None, got {cfg.threshold}")
     if cfg.cache not in CACHE_MODES:
         raise ConfigError(f"unknown cache {cfg.cache!r}; valid: {', '.join(CACHE_MODES)}")
-    if cfg.temperature < 0:
-        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
-    if cfg.remasking not in REMASKING:
-        raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
-    if cfg.seed is not None and cfg.seed < 0:
-        raise ConfigError(f"seed must be >= 0 or None, got {cfg.seed}")
 
 
 def llada_step(

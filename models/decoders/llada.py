@@ -48,25 +48,34 @@ class LLaDAOutput:
     nfe: int  # network calls for the whole batch; a CFG step is one call on the doubled batch (measurement.md)
 
 
+def check_block_schedule(gen_length: int, block_length: int, steps: int) -> None:
+    """The semi-autoregressive schedule must split evenly: whole blocks, the same number of steps in each."""
+    if gen_length < 1:
+        raise ConfigError(f"gen_length must be >= 1, got {gen_length}")
+    if block_length < 1:
+        raise ConfigError(f"block_length must be >= 1, got {block_length}")
+    if gen_length % block_length != 0:
+        raise ConfigError(f"gen_length ({gen_length}) must be a multiple of block_length ({block_length})")
+    num_blocks = gen_length // block_length
+    if steps < 1 or steps % num_blocks != 0:
+        raise ConfigError(f"steps ({steps}) must be a positive multiple of the number of blocks ({num_blocks})")
+
+
+def check_sampling(temperature: float, remasking: str, seed: int | None) -> None:
+    if temperature < 0:
+        raise ConfigError(f"temperature must be >= 0, got {temperature}")
+    if remasking not in REMASKING:
+        raise ConfigError(f"unknown remasking {remasking!r}; valid: {', '.join(REMASKING)}")
+    if seed is not None and seed < 0:
+        raise ConfigError(f"seed must be >= 0 or None, got {seed}")
+
+
 def validate_llada_config(cfg: LLaDAConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
-    if cfg.gen_length < 1:
-        raise ConfigError(f"gen_length must be >= 1, got {cfg.gen_length}")
-    if cfg.block_length < 1:
-        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
-    if cfg.gen_length % cfg.block_length != 0:
-        raise ConfigError(f"gen_length ({cfg.gen_length}) must be a multiple of block_length ({cfg.block_length})")
-    num_blocks = cfg.gen_length // cfg.block_length
-    if cfg.steps < 1 or cfg.steps % num_blocks != 0:
-        raise ConfigError(f"steps ({cfg.steps}) must be a positive multiple of the number of blocks ({num_blocks})")
-    if cfg.temperature < 0:
-        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
+    check_block_schedule(cfg.gen_length, cfg.block_length, cfg.steps)
+    check_sampling(cfg.temperature, cfg.remasking, cfg.seed)
     if cfg.cfg_scale < 0:
         raise ConfigError(f"cfg_scale must be >= 0, got {cfg.cfg_scale}")
-    if cfg.remasking not in REMASKING:
-        raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
-    if cfg.seed is not None and cfg.seed < 0:
-        raise ConfigError(f"seed must be >= 0 or None, got {cfg.seed}")
 
 
 def _forward(
