@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 ARGS = ["run_eval.py", "--models", "tiny-qwen3", "--tasks", "gsm8k", "--data", "fixtures", "--no-progress"]
@@ -17,6 +19,18 @@ ARGS = ["run_eval.py", "--models", "tiny-qwen3", "--tasks", "gsm8k", "--data", "
 
 def torchrun(n: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(n)]
+
+
+def accelerate_launch(n: int) -> list[str]:
+    # --multi_gpu picks accelerate's torch.distributed launcher; on a machine without GPUs the ranks use gloo.
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(n),
+            "--main_process_port", str(free_port())]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run(command: list[str], output: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -36,9 +50,10 @@ def store_keys(output: Path) -> list[str]:
             for line in path.read_text().splitlines()]
 
 
-def test_one_and_two_processes_agree(tmp_path):
+@pytest.mark.parametrize("launcher", [torchrun, accelerate_launch])
+def test_one_and_two_processes_agree(tmp_path, launcher):
     run([sys.executable], tmp_path / "one", "--gen-length", "24")
-    run(torchrun(2), tmp_path / "two", "--gen-length", "24")
+    run(launcher(2), tmp_path / "two", "--gen-length", "24")
     one, two = samples(tmp_path / "one"), samples(tmp_path / "two")
     assert [s["doc_id"] for s in one] == [s["doc_id"] for s in two]
     for a, b in zip(one, two):
