@@ -1,0 +1,27 @@
+"""One offline run over all seven tasks: results, sample records and the report, as the README promises."""
+
+from __future__ import annotations
+
+import json
+
+from harness.cli import main
+from tasks.registry import PAPER_TASKS
+
+
+def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys):
+    status = main(["--models", "tiny-qwen3", "--tasks", "all", "--limit", "3", "--data", "fixtures",
+                   "--gen-length", "32", "--output", str(tmp_path), "--no-progress"])
+    assert status == 0
+    out = capsys.readouterr().out
+    results = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert [r["task"] for r in results] == list(PAPER_TASKS)
+    for result in results:
+        assert result["task"] in out
+        assert result["n_samples"] == 3 and result["primary_metric"] in result["metrics"]
+        assert result["speed"]["token_definition"] == "generated_until_eos"
+        assert result["speed"]["timed_samples"] == 2 and result["speed"]["warmup_samples"] == 1
+        lines = (tmp_path / "samples" / "tiny-qwen3" / f"{result['task']}.jsonl").read_text().splitlines()
+        assert len(lines) == 3 and all("scores" in json.loads(line) for line in lines)
+    code = {r["task"]: r["diagnostics"]["exec_status_counts"] for r in results if r["task"] in ("humaneval", "mbpp")}
+    assert all(sum(counts.values()) == 3 for counts in code.values())
+    assert (tmp_path / "report.html").stat().st_size > 10_000
