@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from harness.lmeval_speed import SpeedLog
 from harness.runner import resolve_device, seed_everything, with_run_seed
-from harness.timing import peak_memory_bytes, reset_peak_memory, timed
+from harness.generation import generate_timed, timing_record
+from harness.timing import peak_memory_bytes, reset_peak_memory
 from models.base import GenerationRequest, Message
 from models.loading import parse_dtype
 from models.registry import load_adapter, model_names, spec_for
@@ -183,22 +184,11 @@ class HarnessLM(LM):
         warm_batches = math.ceil(s.warmup / s.batch_size) if s.warmup > 0 else 0
         texts, records = [], []
         for index, chunk in enumerate(same_canvas_batches(pending, s.batch_size)):
-            batch = self.adapter.prepare([p.request for p in chunk], self.config)
-            results, seconds = timed(self.adapter.device, lambda: self.adapter.decode(batch))
-            generations = self.adapter.finish(batch, results)
-            for p, prompt_text, gen in zip(chunk, batch.prompts, generations):
+            prompts, generations, seconds = generate_timed(self.adapter, self.config, [p.request for p in chunk])
+            for p, prompt, gen in zip(chunk, prompts, generations):
                 texts.append(gen.text)
-                records.append({
-                    "task": task,
-                    "doc_id": p.doc_id,
-                    "prompt": prompt_text,
-                    **dataclasses.asdict(gen),
-                    "latency_s": seconds / len(chunk),
-                    "batch_latency_s": seconds,
-                    "batch_size": len(chunk),
-                    "warmup": index < warm_batches,
-                    "rank": self.rank,
-                })
+                records.append({"task": task, "doc_id": p.doc_id,
+                                **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, self.rank)})
             bar.update(len(chunk))
         self.speed.add(task, records)
         self.speed.set_peak_memory(task, peak_memory_bytes(self._device))

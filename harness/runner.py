@@ -25,9 +25,10 @@ from tqdm import tqdm
 from harness import distributed
 from harness.aggregate import aggregate
 from harness.distributed import DistContext
+from harness.generation import generate_timed, timing_record
 from harness.manifest import environment
 from harness.store import SampleStore, safe_name, sample_key
-from harness.timing import peak_memory_bytes, reset_peak_memory, timed
+from harness.timing import peak_memory_bytes, reset_peak_memory
 from models.base import GenerationRequest, Message, ModelAdapter
 from models.loading import parse_dtype
 from models.registry import ModelSpec, load_adapter, spec_for
@@ -128,22 +129,10 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
     bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
     for index, start in enumerate(range(0, len(pending), settings.batch_size)):
         chunk = pending[start:start + settings.batch_size]
-        batch = adapter.prepare([p.request for p in chunk], config)
-        results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
-        generations = adapter.finish(batch, results)
-        records = []
-        for p, prompt_text, gen in zip(chunk, batch.prompts, generations):
-            records.append({
-                "key": p.key,
-                "doc_id": p.doc.id,
-                "prompt": prompt_text,
-                **dataclasses.asdict(gen),
-                "latency_s": seconds / len(chunk),
-                "batch_latency_s": seconds,
-                "batch_size": len(chunk),
-                "warmup": index < warm_batches,
-                "rank": rank,
-            })
+        prompts, generations, seconds = generate_timed(adapter, config, [p.request for p in chunk])
+        records = [{"key": p.key, "doc_id": p.doc.id,
+                    **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, rank)}
+                   for p, prompt, gen in zip(chunk, prompts, generations)]
         store.append(records)
         bar.update(len(chunk))
     bar.close()

@@ -1,0 +1,31 @@
+"""One timed generation batch and its per-sample record: shared by the runner and the lm-eval model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from harness.timing import timed
+from models.base import Generation, GenerationRequest, ModelAdapter
+
+
+def generate_timed(adapter: ModelAdapter, config: Any,
+                   requests: Sequence[GenerationRequest]) -> tuple[list[str], list[Generation], float]:
+    """Rendered prompts, generations and the wall seconds of the decoder call alone (tokenisation excluded)."""
+    batch = adapter.prepare(requests, config)
+    results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
+    return batch.prompts, adapter.finish(batch, results), seconds
+
+
+def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
+                  rank: int) -> dict[str, Any]:
+    """The measurement.md fields of one sample; a batch's time is split evenly across its rows."""
+    return {
+        "prompt": prompt,
+        **dataclasses.asdict(generation),
+        "latency_s": seconds / batch_size,
+        "batch_latency_s": seconds,
+        "batch_size": batch_size,
+        "warmup": warmup,
+        "rank": rank,
+    }
