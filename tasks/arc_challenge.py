@@ -7,11 +7,11 @@ left strip (the fork's lm-eval 0.4.9.1; 0.4.13 strips both sides).
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from typing import Any
 
-from tasks.base import Doc, SampleScore, Task, TaskPrompt
+from tasks.base import Doc, TaskPrompt
 from tasks.data import DatasetSpec
-from tasks.extraction import ExactMatch, Pipeline, score_pipelines
+from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 from tasks.fork_filters import LeftStripFilter
 
 # lm-eval's YAML holds this template in single quotes, so every "\n" reaches the model as a backslash and an "n".
@@ -53,7 +53,9 @@ def user_message(record: dict[str, Any]) -> str:
     return LITERAL_NEWLINE.join(lines)
 
 
-class ARCChallenge(Task):
+class ARCChallenge(ExtractionTask):
+    pipelines = PIPELINES
+    match = MATCH
     name = "arc_challenge"
     version = "arc_challenge_chat-refusion-0shot-1"
     dataset = DatasetSpec(
@@ -72,14 +74,10 @@ class ARCChallenge(Task):
     def prompt(self, doc: Doc) -> TaskPrompt:
         return TaskPrompt(user=user_message(doc.data), prefill=PREFILL, stop=("\n\n", "."))
 
-    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
-        results = []
-        for doc, output in zip(docs, outputs):
-            target = gold_letter(doc.data["answerKey"])
-            extracted, scores = score_pipelines(output, doc.data, target, PIPELINES, MATCH)
-            # No extraction step can fail here; "invalid" flags answers that are no letter A-D even after the
-            # metric's case and punctuation folding (e.g. "B) because ...").
-            answer = extracted["remove_whitespace"].translate(PUNCTUATION).strip().upper()
-            diagnostics = {"empty": not output.strip(), "invalid": answer not in LETTERS}
-            results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
-        return results
+    def target(self, doc: Doc) -> str:
+        return gold_letter(doc.data["answerKey"])
+
+    def is_invalid(self, extracted: dict[str, str]) -> bool:
+        """No extraction step can fail here; "invalid" flags answers that are no letter A-D even after the metric's
+        case and punctuation folding (e.g. "B) because ...")."""
+        return extracted["remove_whitespace"].translate(PUNCTUATION).strip().upper() not in LETTERS

@@ -6,12 +6,15 @@ task's options. Keeping lm-eval's classes means the harness extracts exactly wha
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from lm_eval.api.metrics import exact_match_hf_evaluate
 from lm_eval.api.filter import Filter
 from lm_eval.filters.selection import TakeFirstFilter
+
+from tasks.base import Doc, SampleScore, Task
 
 
 @dataclass(frozen=True)
@@ -57,3 +60,28 @@ def score_pipelines(
 
 
 INVALID = "[invalid]"
+
+
+class ExtractionTask(Task):
+    """A task scored by extracting an answer with lm-eval filter pipelines and matching it exactly to the target.
+    Subclasses set ``pipelines`` and ``match`` and say what the target of a document is."""
+
+    pipelines: tuple[Pipeline, ...]
+    match: ExactMatch
+
+    @abstractmethod
+    def target(self, doc: Doc) -> str:
+        """The gold answer as the metric compares it."""
+
+    def is_invalid(self, extracted: dict[str, str]) -> bool:
+        """Whether extraction failed, judged on the primary metric's filter."""
+        return extracted[self.primary_metric.split(",")[1]] == INVALID
+
+    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
+        results = []
+        for doc, output in zip(docs, outputs):
+            target = self.target(doc)
+            extracted, scores = score_pipelines(output, doc.data, target, self.pipelines, self.match)
+            diagnostics = {"empty": not output.strip(), "invalid": self.is_invalid(extracted)}
+            results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
+        return results

@@ -14,9 +14,9 @@ from typing import Any, Sequence
 
 from lm_eval.filters.extraction import RegexFilter
 
-from tasks.base import Doc, SampleScore, Task, TaskPrompt
+from tasks.base import Doc, TaskPrompt
 from tasks.data import DatasetSpec
-from tasks.extraction import INVALID, ExactMatch, Pipeline, score_pipelines
+from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 from tasks.fork_filters import FirstChoiceRegexFilter
 
 ANSWER_FIELDS = ("Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3", "Correct Answer")
@@ -69,7 +69,9 @@ def with_choices(record: dict[str, Any]) -> dict[str, Any]:
             "answer": f"({chr(ord('A') + gold)})"}
 
 
-class GPQA(Task):
+class GPQA(ExtractionTask):
+    pipelines = PIPELINES
+    match = MATCH
     name = "gpqa"
     version = "gpqa_main_generative-refusion-0shot-1"
     dataset = DatasetSpec(
@@ -90,11 +92,5 @@ class GPQA(Task):
                 f"(D) {d['choice4']}\nAnswer:")
         return TaskPrompt(system=DESCRIPTION, user=user, stop=("</s>", "Question:", "<|im_end|>"))
 
-    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
-        results = []
-        for doc, output in zip(docs, outputs):
-            target = doc.data["answer"]
-            extracted, scores = score_pipelines(output, doc.data, target, PIPELINES, MATCH)
-            diagnostics = {"empty": not output.strip(), "invalid": extracted["flexible-extract"] == INVALID}
-            results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
-        return results
+    def target(self, doc: Doc) -> str:
+        return doc.data["answer"]

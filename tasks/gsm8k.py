@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
 
 from lm_eval.filters.extraction import RegexFilter
 
-from tasks.base import Doc, SampleScore, Task, TaskPrompt
+from tasks.base import Doc, TaskPrompt
 from tasks.data import DatasetSpec
-from tasks.extraction import INVALID, ExactMatch, Pipeline, score_pipelines
+from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 
 # The fork's YAML is single-quoted, so the first "\n" reaches the model as a literal backslash and an "n".
 INSTRUCTION = (
@@ -28,7 +27,9 @@ def gold_answer(answer: str) -> str:
     return answer.split("####")[-1].strip()
 
 
-class GSM8K(Task):
+class GSM8K(ExtractionTask):
+    pipelines = PIPELINES
+    match = MATCH
     name = "gsm8k"
     version = "gsm8k_cot-refusion-0shot-1"
     dataset = DatasetSpec(
@@ -43,11 +44,5 @@ class GSM8K(Task):
     def prompt(self, doc: Doc) -> TaskPrompt:
         return TaskPrompt(user=f"{INSTRUCTION}Q: {doc.data['question']}\nA:", stop=("Q:", "</s>", "<|im_end|>"))
 
-    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
-        results = []
-        for doc, output in zip(docs, outputs):
-            target = gold_answer(doc.data["answer"])
-            extracted, scores = score_pipelines(output, doc.data, target, PIPELINES, MATCH)
-            diagnostics = {"empty": not output.strip(), "invalid": extracted["flexible-extract"] == INVALID}
-            results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
-        return results
+    def target(self, doc: Doc) -> str:
+        return gold_answer(doc.data["answer"])

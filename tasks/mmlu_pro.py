@@ -10,9 +10,9 @@ from typing import Any, Sequence
 
 from lm_eval.filters.extraction import RegexFilter
 
-from tasks.base import Doc, SampleScore, Task, TaskPrompt
+from tasks.base import Doc, TaskPrompt
 from tasks.data import DatasetSpec
-from tasks.extraction import INVALID, ExactMatch, Pipeline, score_pipelines
+from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -50,7 +50,9 @@ def group_name(category: str) -> str:
     return category.replace(" ", "_")
 
 
-class MMLUPro(Task):
+class MMLUPro(ExtractionTask):
+    pipelines = PIPELINES
+    match = MATCH
     name = "mmlu_pro"
     version = "mmlu_pro-refusion-0shot-1"
     dataset = DatasetSpec(
@@ -72,11 +74,5 @@ class MMLUPro(Task):
         return TaskPrompt(system=DESCRIPTION.format(subject=doc.data["category"]), user=user_message(doc.data),
                           stop=("Question:",))
 
-    def score(self, docs: Sequence[Doc], outputs: Sequence[str]) -> list[SampleScore]:
-        results = []
-        for doc, output in zip(docs, outputs):
-            target = doc.data["answer"]
-            extracted, scores = score_pipelines(output, doc.data, target, PIPELINES, MATCH)
-            diagnostics = {"empty": not output.strip(), "invalid": extracted["custom-extract"] == INVALID}
-            results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
-        return results
+    def target(self, doc: Doc) -> str:
+        return doc.data["answer"]
