@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -501,7 +502,8 @@ def test_unprivileged_user_namespace_path():
 
         passed, flags = run("assert sorted([2, 1]) == [1, 2]\n")
         failed, _ = run("assert sorted([2, 1]) == [2, 1]\n")
-        escape, _ = run(f"open('/tmp/sandbox-escape-{secrets.token_hex(6)}', 'w')\n")
+        outside = Path(tempfile.gettempdir()) / f"sandbox-escape-{secrets.token_hex(6)}"  # the host's shared temp
+        escape, _ = run(f"open({str(outside)!r}, 'w')\n")
         network, _ = run("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n")
     assert {"net", "pid", "fs", "caps"} <= flags
     assert (passed.status, failed.status) == ("passed", "failed")
