@@ -99,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_registry() -> str:
-    from models.registry import MODELS
+    import dataclasses
+
+    from models.registry import MODELS, adapter_class
     from tasks.registry import make_task, task_names
 
     lines = ["models:"]
@@ -107,11 +109,16 @@ def list_registry() -> str:
         presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
         lines.append(f"  {spec.name:<18} {spec.ref:<40} {spec.description}{presets}")
     lines.append("  hf:<id or path>    any causal LM on the autoregressive adapter")
+    lines.append("decoding options (--model-arg MODEL.KEY=VALUE), with the defaults of each adapter:")
+    for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
+        options = dataclasses.asdict(adapter_class(kind).config_class())
+        lines.append(f"  {kind:<18} " + ", ".join(f"{k}={v}" for k, v in options.items()))
     lines.append("tasks:")
     for name in task_names():
         task = make_task(name)
         lines.append(f"  {name:<18} {task.dataset.hub_id:<40} primary {task.primary_metric}, "
                      f"canvas {task.canvas_tokens}")
+    lines.append("  lmeval:<task>      any generative lm-eval task, prompted and scored by lm-eval")
     return "\n".join(lines)
 
 

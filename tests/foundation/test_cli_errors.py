@@ -73,3 +73,11 @@ def test_model_arg_values_are_typed_and_reach_the_manifest(capsys, tmp_path):
     assert status == 0
     decoding = json.loads((tmp_path / "run" / "results.json").read_text())["results"][0]["manifest"]["decoding"]
     assert decoding["do_sample"] is True and decoding["temperature"] == 0.7 and decoding["seed"] == 1234
+
+
+def test_list_names_models_tasks_and_every_decoding_option(capsys):
+    assert main(["--list"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("tiny-refusion", "llada-fastdllm", "mbpp_plus", "lmeval:<task>", "slot_size=8",
+                     "cache=none", "enable_thinking=False"):
+        assert expected in out
