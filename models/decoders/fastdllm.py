@@ -64,14 +64,6 @@ def extend_mask(attention_mask: torch.Tensor | None, gen_length: int) -> torch.T
     return F.pad(attention_mask, (0, gen_length), value=1)
 
 
-def dream_positions(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Dream's tok_idx: cumsum(mask) - 1 with pads at 1, so each row's real tokens count 0, 1, ... (§3.2)."""
-    if mask is None:
-        return None
-    positions = mask.long().cumsum(-1) - 1
-    return positions.masked_fill(mask == 0, 1)
-
-
 # ---- network calls ------------------------------------------------------------------------------------------------
 
 

@@ -39,15 +39,14 @@ import torch
 import torch.nn.functional as F
 
 from models.base import ConfigError, DecodeResult
-from models.decoders.dream import DreamConfig, dream_generate, dream_sample_tokens, validate_dream_config
+from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, padding_inputs,
+                                  validate_dream_config)
 from models.decoders.fastdllm import (
     CACHE_MODES,
     FastDLLMOutput,
     Network,
     Padding,
     decode_results,
-    dream_positions,
-    extend_mask,
     full_forward,
     select_transfer,
     shifted_rows,
@@ -252,8 +251,8 @@ def fastdllm_dream_generate(
     prompt_len = input_ids.shape[1]
     generator = make_generator(cfg.seed, input_ids.device)
     x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
-    mask = extend_mask(attention_mask, cfg.max_new_tokens)
-    padding = Padding(mask=mask, positions=dream_positions(mask))
+    mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
+    padding = Padding(mask=mask, positions=positions)
     if cfg.cache == "none":
         x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, generator)
     else:
