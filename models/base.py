@@ -184,6 +184,13 @@ class ModelAdapter(ABC):
             )
         return out
 
+    def token_id(self, token: str) -> int:
+        """The id of one of the model's special tokens; a checkpoint without it fails with one line."""
+        found = self.tokenizer.convert_tokens_to_ids(token)
+        if found is None or found == self.tokenizer.unk_token_id:
+            raise ConfigError(f"{self.name}: the tokenizer has no {token} token (is this the right checkpoint?)")
+        return found
+
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id
         return pad if pad is not None else self.eos_ids()[0]

@@ -32,13 +32,6 @@ def load_tokenizer(source: ModelSource):
         raise hub_error(source.ref, error) from None
 
 
-def token_id(tokenizer, token: str) -> int:
-    found = tokenizer.convert_tokens_to_ids(token)
-    if found is None or found == tokenizer.unk_token_id:
-        raise ConfigError(f"the tokenizer has no {token} token (is this the right checkpoint?)")
-    return found
-
-
 class NativeDiffusionAdapter(ModelAdapter):
     """Shared loading for networks implemented in ``models/networks``; weights load on first decode."""
 
@@ -96,13 +89,12 @@ class LLaDAAdapter(NativeDiffusionAdapter):
         validate_llada(llada_config(config, config.block_length or config.steps or 512))
 
     def eos_ids(self) -> list[int]:
-        return [token_id(self.tokenizer, "<|endoftext|>"), token_id(self.tokenizer, "<|eot_id|>")]
+        return [self.token_id("<|endoftext|>"), self.token_id("<|eot_id|>")]
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         eos, eot = self.eos_ids()
         cfg = llada_config(batch.config, batch.requests[0].canvas_tokens, eos_id=eos, eot_id=eot,
-                           mask_id=token_id(self.tokenizer, "<|mdm_mask|>"))
-        validate_llada(cfg)
+                           mask_id=self.token_id("<|mdm_mask|>"))
         generate = fastdllm_llada_generate if isinstance(cfg, FastLLaDAConfig) else llada_decoder.llada_generate
         output = generate(self.network, batch.input_ids, batch.attention_mask, cfg)
         return rows_to_results(output.tokens, output.nfe, self.eos_ids())
@@ -158,12 +150,11 @@ class DreamAdapter(NativeDiffusionAdapter):
         validate_dream(dream_config(config, config.steps or 512))
 
     def eos_ids(self) -> list[int]:
-        return [token_id(self.tokenizer, "<|endoftext|>"), token_id(self.tokenizer, "<|im_end|>")]
+        return [self.token_id("<|endoftext|>"), self.token_id("<|im_end|>")]
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         cfg = dream_config(batch.config, batch.requests[0].canvas_tokens,
-                           mask_id=token_id(self.tokenizer, "<|mask|>"), eos_id=self.eos_ids()[0])
-        validate_dream(cfg)
+                           mask_id=self.token_id("<|mask|>"), eos_id=self.eos_ids()[0])
         generate = fastdllm_dream_generate if isinstance(cfg, FastDreamConfig) else dream_decoder.dream_generate
         output = generate(self.network, batch.input_ids, batch.attention_mask, cfg)
         return rows_to_results(output.tokens, output.nfe, self.eos_ids())
