@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Sequence
 
 from harness.timing import timed
@@ -15,6 +16,11 @@ def generate_timed(adapter: ModelAdapter, config: Any,
     batch = adapter.prepare(requests, config)
     results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
     return batch.prompts, adapter.finish(batch, results), seconds
+
+
+def warmup_batches(warmup_samples: int, batch_size: int) -> int:
+    """Batches left out of the speed figures: every batch holding one of the first ``warmup_samples`` samples."""
+    return math.ceil(warmup_samples / batch_size) if warmup_samples > 0 else 0
 
 
 def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,

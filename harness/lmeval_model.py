@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,7 +30,7 @@ from tqdm import tqdm
 
 from harness.lmeval_speed import SpeedLog
 from harness.runner import resolve_device, seed_everything, with_run_seed
-from harness.generation import generate_timed, timing_record
+from harness.generation import generate_timed, timing_record, warmup_batches
 from harness.timing import peak_memory_bytes, reset_peak_memory
 from models.base import GenerationRequest, Message
 from models.loading import parse_dtype
@@ -181,7 +180,7 @@ class HarnessLM(LM):
         s = self.settings
         seed_everything(s.seed)
         reset_peak_memory(self._device)
-        warm_batches = math.ceil(s.warmup / s.batch_size) if s.warmup > 0 else 0
+        warm_batches = warmup_batches(s.warmup, s.batch_size)
         texts, records = [], []
         for index, chunk in enumerate(same_canvas_batches(pending, s.batch_size)):
             prompts, generations, seconds = generate_timed(self.adapter, self.config, [p.request for p in chunk])

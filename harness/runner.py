@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import random
 import tempfile
@@ -25,7 +24,7 @@ from tqdm import tqdm
 from harness import distributed
 from harness.aggregate import aggregate
 from harness.distributed import DistContext
-from harness.generation import generate_timed, timing_record
+from harness.generation import generate_timed, timing_record, warmup_batches
 from harness.manifest import environment
 from harness.store import SampleStore, safe_name, sample_key
 from harness.timing import peak_memory_bytes, reset_peak_memory
@@ -125,7 +124,7 @@ def prompt_hash(planned: Sequence[PlannedSample]) -> str:
 def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[PlannedSample], store: SampleStore,
                      settings: RunSettings, label: str, rank: int = 0) -> None:
     """Generate every pending sample in batches; each finished batch is appended to the store before the next."""
-    warm_batches = math.ceil(settings.warmup / settings.batch_size) if settings.warmup > 0 else 0
+    warm_batches = warmup_batches(settings.warmup, settings.batch_size)
     bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
     for index, start in enumerate(range(0, len(pending), settings.batch_size)):
         chunk = pending[start:start + settings.batch_size]
