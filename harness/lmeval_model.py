@@ -3,9 +3,9 @@
 lm-eval renders the prompt (through ``apply_chat_template`` below with ``--apply_chat_template``) and scores; the
 text comes from the same ``prepare``/``decode``/``finish`` as a harness run, with the decode call timed the same way
 (``harness.timing.timed``) and the same per-sample fields. Speed figures (``harness.aggregate.speed_figures``) go
-into lm-eval's results file under ``config.dllm_harness``, and with ``speed_output=DIR`` (or the environment
-variable ``DLLM_LMEVAL_SPEED_OUTPUT``; ``dllm-lm-eval`` sets it from ``--output_path``) also into DIR as
-``dllm_speed_<time>.json`` plus per-sample ``dllm_speed_samples_<task>_<time>.jsonl``.
+into lm-eval's results file under ``config.dllm_harness``, and also into a folder DIR as ``dllm_speed_<time>.json``
+plus per-sample ``dllm_speed_samples_<task>_<time>.jsonl``: DIR is ``speed_output=DIR``, else the environment
+variable ``DLLM_LMEVAL_SPEED_OUTPUT``, else lm-eval's ``--output_path`` when run from its command line.
 
 Model arguments: ``model`` (a harness registry name or ``hf:<id or path>``; each lm-eval name below has a default),
 ``device`` (auto), ``dtype`` (auto), ``batch_size`` (1), ``warmup`` (1 sample per task left out of the speed
@@ -17,9 +17,11 @@ adapter's config. The models generate only; loglikelihood requests fail with one
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import logging
 import os
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +42,7 @@ from tasks.lmeval_bridge import DEFAULT_CANVAS, until_of
 SPEED_OUTPUT_ENV = "DLLM_LMEVAL_SPEED_OUTPUT"
 LM_EVAL_ONLY_ARGS = ("max_batch_size", "trust_remote_code")  # lm-eval passes these to every model
 APPLIED_GEN_KWARGS = ("until", "max_gen_toks")
+LM_EVAL_PROGRAMS = ("lm_eval", "lm-eval", "dllm-lm-eval")
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +77,27 @@ def positive_int(name: str, value: Any, minimum: int = 1) -> int:
     if number < minimum:
         raise HarnessLMError(f"{name} must be at least {minimum}, got {number}")
     return number
+
+
+def speed_folder(argv: Sequence[str]) -> str | None:
+    """lm-eval's ``--output_path`` (a folder, or a results file whose folder is meant)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--output_path", "-o")
+    known, _ = parser.parse_known_args(list(argv))
+    if not known.output_path:
+        return None
+    path = Path(known.output_path)
+    return str(path.parent if path.suffix == ".json" else path)
+
+
+def lm_eval_cli_output_folder(argv: Sequence[str] | None = None) -> str | None:
+    """``--output_path`` when this process is lm-eval's command line (``lm_eval``, ``lm-eval``, ``python -m lm_eval``
+    or ``dllm-lm-eval``): the model is not told where lm-eval writes, so the speed files find it here."""
+    argv = sys.argv if argv is None else argv
+    program = Path(argv[0]) if argv else Path()
+    if program.name not in LM_EVAL_PROGRAMS and program.parent.name != "lm_eval":
+        return None
+    return speed_folder(argv[1:])
 
 
 def ignored_gen_kwargs(gen_kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +135,7 @@ class HarnessLM(LM):
         except KeyError:
             raise HarnessLMError(f"unknown harness model {name!r}; valid: {', '.join(model_names())}, "
                                  f"or hf:<hub id or local path>") from None
-        output = speed_output or os.environ.get(SPEED_OUTPUT_ENV) or None
+        output = speed_output or os.environ.get(SPEED_OUTPUT_ENV) or lm_eval_cli_output_folder()
         self.settings = LMSettings(
             batch_size=positive_int("batch_size", batch_size), warmup=positive_int("warmup", warmup, 0),
             seed=int(seed), gen_length=None if gen_length is None else positive_int("gen_length", gen_length),

@@ -60,10 +60,11 @@ def validate_refusion_config(cfg: RefusionConfig) -> None:
         )
     unit = cfg.slot_size * cfg.serial_num_blocks
     if cfg.gen_length % unit:
+        nearest = sorted({max(unit, cfg.gen_length // unit * unit), math.ceil(cfg.gen_length / unit) * unit})
         raise ConfigError(
             f"refusion: gen_length={cfg.gen_length} does not split into {cfg.serial_num_blocks} serial blocks of whole "
             f"{cfg.slot_size}-token slots; use a multiple of slot_size*serial_num_blocks={unit} "
-            f"(e.g. {max(unit, cfg.gen_length // unit * unit)} or {math.ceil(cfg.gen_length / unit) * unit})"
+            f"(e.g. {' or '.join(map(str, nearest))})"
         )
     for name in ("slot_threshold", "token_threshold"):
         value = getattr(cfg, name)

@@ -14,8 +14,10 @@ lm_eval = pytest.importorskip("lm_eval")
 from lm_eval.api.registry import get_model  # noqa: E402
 from lm_eval.tasks import TaskManager  # noqa: E402
 
-from harness.lmeval_cli import ENTRY_POINT_GROUP, main, register_models, speed_folder  # noqa: E402
-from harness.lmeval_model import SPEED_OUTPUT_ENV, HarnessLM, HarnessLMError, RefusionLM  # noqa: E402
+from harness.lmeval_cli import main  # noqa: E402
+from harness.lmeval_model import (SPEED_OUTPUT_ENV, HarnessLM, HarnessLMError, RefusionLM,  # noqa: E402
+                                  lm_eval_cli_output_folder, speed_folder)
+from harness.lmeval_plugin import ENTRY_POINT_GROUP, register_models  # noqa: E402
 from models.base import ConfigError  # noqa: E402
 from models.registry import MODELS  # noqa: E402
 
@@ -52,6 +54,10 @@ def test_speed_folder_follows_output_path():
     assert speed_folder(["--tasks", "x", "--output_path", "out/run"]) == "out/run"
     assert speed_folder(["-o", "out/results.json"]) == "out"
     assert speed_folder(["--tasks", "x"]) is None
+    for program in ("/venv/bin/lm_eval", "lm-eval", "/site-packages/lm_eval/__main__.py", "dllm-lm-eval"):
+        assert lm_eval_cli_output_folder([program, "run", "--output_path", "out"]) == "out", program
+    assert lm_eval_cli_output_folder(["/venv/bin/pytest", "--output_path", "out"]) is None  # not lm-eval's CLI
+    assert lm_eval_cli_output_folder([]) is None
 
 
 @pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-refusion"])
@@ -92,9 +98,8 @@ def test_same_prompts_generations_and_speed_fields_as_the_harness(model, harness
 
 def test_dllm_lm_eval_is_lm_evals_cli_with_the_models(task_dir, tmp_path, monkeypatch):
     """``dllm-lm-eval --model qwen3-harness ...``: lm-eval's results and the speed files land in one folder."""
-    monkeypatch.setenv(SPEED_OUTPUT_ENV, "")
-    monkeypatch.delenv(SPEED_OUTPUT_ENV)  # both recorded, so the variable main() sets is removed afterwards
-    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.delenv(SPEED_OUTPUT_ENV, raising=False)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() hands lm-eval's parser its arguments through sys.argv
     status = main(["--model", "qwen3-harness", "--model_args", "model=tiny-qwen3", "--device", "cpu",
                    "--tasks", TASK, "--include_path", str(task_dir), "--apply_chat_template", "--limit", "2",
                    "--gen_kwargs", "max_gen_toks=4", "--output_path", str(tmp_path)])
@@ -107,3 +112,13 @@ def test_dllm_lm_eval_is_lm_evals_cli_with_the_models(task_dir, tmp_path, monkey
     assert json.loads(speed.read_text())["speed"] == info["speed"]
     assert [str(speed), *map(str, folder.glob("dllm_speed_samples_*.jsonl"))] == info["speed_files"]
 
+
+
+def test_dllm_lm_eval_reports_a_bad_model_argument_in_one_line(task_dir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    status = main(["--model", "refusion", "--model_args", "model=nope", "--device", "cpu", "--tasks", TASK,
+                   "--include_path", str(task_dir)])
+    assert status == 2
+    err = capsys.readouterr().err
+    error = err.strip().splitlines()[-1]
+    assert "Traceback" not in err and error.startswith("error: unknown harness model 'nope'; valid: ") and "tiny-refusion" in error
