@@ -42,7 +42,7 @@ from tasks.lmeval_bridge import DEFAULT_CANVAS, until_of
 SPEED_OUTPUT_ENV = "DLLM_LMEVAL_SPEED_OUTPUT"
 LM_EVAL_ONLY_ARGS = ("max_batch_size", "trust_remote_code")  # lm-eval passes these to every model
 APPLIED_GEN_KWARGS = ("until", "max_gen_toks")
-LM_EVAL_PROGRAMS = ("lm_eval", "lm-eval", "dllm-lm-eval")
+LM_EVAL_SCRIPTS = ("lm_eval", "lm-eval")  # dllm-lm-eval hands lm-eval's parser the name "lm-eval"
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ def lm_eval_cli_output_folder(argv: Sequence[str] | None = None) -> str | None:
     or ``dllm-lm-eval``): the model is not told where lm-eval writes, so the speed files find it here."""
     argv = sys.argv if argv is None else argv
     program = Path(argv[0]) if argv else Path()
-    if program.name not in LM_EVAL_PROGRAMS and program.parent.name != "lm_eval":
+    run_as_module = program.name == "__main__.py" and program.parent.name == "lm_eval"
+    if program.name not in LM_EVAL_SCRIPTS and not run_as_module:
         return None
     return speed_folder(argv[1:])
 

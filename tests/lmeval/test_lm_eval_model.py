@@ -54,9 +54,10 @@ def test_speed_folder_follows_output_path():
     assert speed_folder(["--tasks", "x", "--output_path", "out/run"]) == "out/run"
     assert speed_folder(["-o", "out/results.json"]) == "out"
     assert speed_folder(["--tasks", "x"]) is None
-    for program in ("/venv/bin/lm_eval", "lm-eval", "/site-packages/lm_eval/__main__.py", "dllm-lm-eval"):
+    for program in ("/venv/bin/lm_eval", "lm-eval", "/site-packages/lm_eval/__main__.py"):
         assert lm_eval_cli_output_folder([program, "run", "--output_path", "out"]) == "out", program
-    assert lm_eval_cli_output_folder(["/venv/bin/pytest", "--output_path", "out"]) is None  # not lm-eval's CLI
+    for program in ("/venv/bin/pytest", "/project/lm_eval/script.py"):  # not lm-eval's CLI
+        assert lm_eval_cli_output_folder([program, "--output_path", "out"]) is None, program
     assert lm_eval_cli_output_folder([]) is None
 
 
