@@ -26,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.lmeval_plugin import register_models
 
     args = list(sys.argv[1:] if argv is None else argv)
-    register_models()  # a no-op where the .pth already did it; needed where the package is on sys.path uninstalled
+    register_models()  # a no-op after the .pth hook; covers interpreters that skip .pth files (python -S, --target)
     sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv itself
     try:
         cli_evaluate()

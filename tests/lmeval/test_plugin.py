@@ -46,7 +46,7 @@ def test_start_up_installs_only_the_hook():
 
 def test_lm_evals_registry_has_the_models_and_its_own():
     names = run_python(
-        "from lm_eval.api.registry import get_model, model_registry\n"
+        "from lm_eval.api.registry import get_model\n"
         "print(get_model('refusion').__name__, get_model('hf').__name__, get_model('dummy').__name__)\n"
         "import sys; print(any(type(f).__name__ == 'RegisterAfterRegistryImport' for f in sys.meta_path))")
     assert names.split() == ["RefusionLM", "HFLM", "DummyLM", "False"]  # the hook removes itself once it has run
