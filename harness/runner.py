@@ -58,6 +58,11 @@ class RunSettings:
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     rescore: bool = False
     progress: bool = True
+    store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
+
+    @property
+    def store_root(self) -> Path:
+        return self.store_dir if self.store_dir is not None else self.output / "store"
 
 
 @dataclass(frozen=True)
@@ -176,8 +181,8 @@ def samples_path(output: Path, model: str, task: str) -> Path:
     return output / "samples" / safe_name(model) / f"{safe_name(task)}.jsonl"
 
 
-def store_for(output: Path, model: str, task: str, rank: int) -> SampleStore:
-    return SampleStore(output / "store" / safe_name(model) / safe_name(task), shard=f"rank{rank}")
+def store_for(root: Path, model: str, task: str, rank: int) -> SampleStore:
+    return SampleStore(root / safe_name(model) / safe_name(task), shard=f"rank{rank}")
 
 
 @dataclass
@@ -215,7 +220,7 @@ class Runner:
         jobs = []
         for name in s.models:
             spec = spec_for(name)
-            adapter = load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+            adapter = self.adapter(spec)
             jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
         if not s.rescore:
             for job in jobs:
@@ -235,8 +240,11 @@ class Runner:
         write_json_atomic(s.output / "results.json", payload)
         return payload
 
+    def adapter(self, spec: ModelSpec) -> ModelAdapter:
+        return load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+
     def store(self, job: Job) -> SampleStore:
-        return store_for(self.settings.output, job.spec.name, job.task.name, self.dist.rank)
+        return store_for(self.settings.store_root, job.spec.name, job.task.name, self.dist.rank)
 
     def plan_job(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> Job:
         s = self.settings
