@@ -61,11 +61,20 @@ class Point:
 
     @property
     def overrides(self) -> dict[str, Any]:
-        return {k: parse_value(v) for k, v in self.options}
+        return {k: option_value(self.model, k, v) for k, v in self.options}
 
     @property
     def settings_text(self) -> str:
         return ", ".join([f"{k}={v}" for k, v in self.options] + [f"{BATCH}={self.batch_size}"])
+
+
+def option_value(model: str, option: str, text: str) -> Any:
+    """A grid value as --model-arg parses it, except that a text option keeps its text (``cache=none`` is the
+    string "none", not None). Issue 15's typed --model-arg parsing should replace this with the shared coercion."""
+    fields = {f.name: f for f in dataclasses.fields(adapter_class(spec_for(model).kind).config_class)}
+    if option in fields and fields[option].type in (str, "str"):
+        return text
+    return parse_value(text)
 
 
 @dataclass(frozen=True)
@@ -250,7 +259,12 @@ def plan_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistCon
             runner = SweepRunner(settings, dist_ctx, adapters)
             spec_m = spec_for(model)
             adapter = runner.adapter(spec_m)
-            jobs = [runner.plan_job(spec_m, adapter, task, data[task.name]) for task in tasks]
+            try:
+                jobs = [runner.plan_job(spec_m, adapter, task, data[task.name]) for task in tasks]
+            except (TypeError, ValueError) as error:  # a value of the wrong type fails inside the config check
+                spelled = ", ".join(f"{k}={v}" for k, v in options) or "its defaults"
+                first = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise UsageError(f"{model} with {spelled}: {first} (fix that --grid or --reference value)") from None
             return tuple(tuple(p.key for p in job.planned) for job in jobs)
 
         fingerprints = [keys(options) for options in option_sets]
