@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -70,11 +71,22 @@ class Point:
 
 def option_value(model: str, option: str, text: str) -> Any:
     """A grid value as --model-arg parses it, except that a text option keeps its text (``cache=none`` is the
-    string "none", not None). Issue 15's typed --model-arg parsing should replace this with the shared coercion."""
-    fields = {f.name: f for f in dataclasses.fields(adapter_class(spec_for(model).kind).config_class)}
-    if option in fields and fields[option].type in (str, "str"):
+    string "none", not None), checked against the option's declared type so that a wrong one fails before any point
+    runs. Issue 15's typed --model-arg parsing should replace this with the shared coercion."""
+    hints = typing.get_type_hints(adapter_class(spec_for(model).kind).config_class)
+    if option not in hints:
+        return parse_value(text)
+    allowed = typing.get_args(hints[option]) or (hints[option],)
+    if str in allowed and not (type(None) in allowed and text.lower() in ("none", "null")):
         return text
-    return parse_value(text)
+    value = parse_value(text)
+    fits = (isinstance(value, bool) and bool in allowed) or (
+        not isinstance(value, bool) and any(isinstance(value, t) for t in allowed if t is not bool)) or (
+        isinstance(value, int) and not isinstance(value, bool) and float in allowed)
+    if not fits:
+        names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+        raise UsageError(f"{option}={text} is not {names}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -254,12 +266,12 @@ def plan_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistCon
         option_sets = [tuple(zip([a.option for a in axes], combo)) for combo in
                        itertools.product(*[a.values for a in axes])]
 
+        spec_m = spec_for(model)
+        adapter = probe.adapter(spec_m)  # shared through the cache; its weights load on the first decode
+
         def keys(options: tuple[tuple[str, str], ...]) -> tuple[tuple[str, ...], ...]:
-            settings = point_settings(Point(model, options, sizes[0]), base, root)
-            runner = SweepRunner(settings, dist_ctx, adapters)
-            spec_m = spec_for(model)
-            adapter = runner.adapter(spec_m)
             try:
+                runner = SweepRunner(point_settings(Point(model, options, sizes[0]), base, root), dist_ctx, adapters)
                 jobs = [runner.plan_job(spec_m, adapter, task, data[task.name]) for task in tasks]
             except (TypeError, ValueError) as error:  # a value of the wrong type fails inside the config check
                 spelled = ", ".join(f"{k}={v}" for k, v in options) or "its defaults"
@@ -311,10 +323,10 @@ def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistCont
     if dist_ctx.is_main:
         write_json_atomic(root / PLAN_NAME, plan.to_json())
     todo = [p for p in plan.points if not is_complete(point_settings(p, base, root))]
-    if base.progress and dist_ctx.is_main:
+    if dist_ctx.is_main:
         print(f"sweep: {len(plan.points)} points, {len(plan.points) - len(todo)} already finished")
     for index, point in enumerate(todo, start=1):
-        if base.progress and dist_ctx.is_main:
+        if dist_ctx.is_main:
             print(f"sweep: point {index}/{len(todo)}: {point.name}")
         SweepRunner(point_settings(point, base, root), dist_ctx, adapters).run()
     return plan
