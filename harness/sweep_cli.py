@@ -85,13 +85,16 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def write_frontier_files(root: Path) -> str:
     """The frontier page and tables; a page that fails does not fail the sweep (every point's results are written)."""
+    from reports.frontier import build_frontier
     from reports.frontier_page import write_frontier
 
     try:
-        html = write_frontier(root)
+        frontier = build_frontier(root)
+        html = write_frontier(root, frontier)
     except (ValueError, OSError) as error:
         return f"frontier not written: {error} (rerun the same sweep command: finished points are skipped)"
-    return f"frontier: {html} (table: {html.with_suffix('.csv')})"
+    lines = [h.text for h in frontier.headlines] + list(frontier.crossovers["text"]) + list(frontier.notes)
+    return "\n".join(lines + [f"frontier: {html} (table: {html.with_suffix('.csv')})"])
 
 
 def main_sweep(argv: Sequence[str]) -> int:

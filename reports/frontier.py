@@ -101,6 +101,9 @@ def _measured(plan: SweepPlan) -> tuple[list[dict[str, Any]], list[str]]:
             notes.append(f"{point.name}: not finished (no results.json); rerun the sweep to complete it")
             continue
         for result in run.results:
+            if _tps(result["speed"]) is None:
+                notes.append(f"{point.name} · {result['task']}: no timed samples (every batch held a warm-up "
+                             f"sample); give more items (--limit) than the batch size, or a smaller --warmup")
             primary = result["metrics"].get(result["primary_metric"], {})
             ci = primary.get("ci95") or [None, None]
             raw.append({"point": point, "task": result["task"], "metric": result["primary_metric"],

@@ -113,10 +113,10 @@ def render_frontier(frontier: Frontier) -> str:
     return make_environment().get_template("frontier.html.j2").render(**context)
 
 
-def write_frontier(root: Path) -> Path:
+def write_frontier(root: Path, frontier: Frontier | None = None) -> Path:
     """Write frontier.html, frontier.csv and frontier_crossovers.csv into the sweep folder; returns the page's path."""
     root = Path(root)
-    frontier = build_frontier(root)
+    frontier = frontier if frontier is not None else build_frontier(root)
     frontier.frame.to_csv(root / "frontier.csv", index=False)
     frontier.crossovers.to_csv(root / "frontier_crossovers.csv", index=False)
     path = root / PAGE_NAME
