@@ -209,11 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.gate import main_gate
 
         return main_gate(argv[1:])
-    if argv[:1] == ["sweep"]:
-        from harness.sweep_cli import main_sweep
-
-        return main_sweep(argv[1:])
     try:
+        if argv[:1] == ["sweep"]:  # the run's options plus grids: the run's error handling
+            from harness.sweep_cli import sweep_main
+
+            return sweep_main(argv[1:])
         return run_main(argv)
     except user_errors() as error:
         print(f"error: {error}", file=sys.stderr)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from harness.cli import (USAGE_ERROR, UsageError, build_parser, list_registry, quiet_libraries, settings_from_args,
-                         user_errors)
+from harness.cli import UsageError, build_parser, list_registry, quiet_libraries, settings_from_args
 
 EPILOG = """\
 Each point is one model with one value of each of its gridded options at one batch size: the Cartesian product of
@@ -60,7 +58,10 @@ def sweep_main(argv: Sequence[str]) -> int:
     from harness.runner import resolve_device
     from harness.sweep import SweepSpec, parse_grids, parse_reference, run_sweep
 
-    args = build_sweep_parser().parse_args(list(argv))
+    try:
+        args = build_sweep_parser().parse_args(list(argv))
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
     if args.list:
         print(list_sweep())
         return 0
@@ -96,15 +97,3 @@ def write_frontier_files(root: Path) -> str:
     lines = [h.text for h in frontier.headlines] + list(frontier.crossovers["text"]) + list(frontier.notes)
     return "\n".join(lines + [f"frontier: {html} (table: {html.with_suffix('.csv')})"])
 
-
-def main_sweep(argv: Sequence[str]) -> int:
-    try:
-        return sweep_main(argv)
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    except user_errors() as error:
-        print(f"error: {error}", file=sys.stderr)
-        return USAGE_ERROR
-    except KeyboardInterrupt:
-        print("interrupted: finished samples are stored; rerun the same command to resume the sweep", file=sys.stderr)
-        return 130
