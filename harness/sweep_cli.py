@@ -43,7 +43,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="append", default=[], metavar="MODEL.OPTION=V,...",
                    help="the point each model's points are tested against (default: the model's defaults)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Holm-corrected tests")
-    p.add_argument("--output", type=Path, help="sweep folder (default: runs/sweep__<models>__<tasks>)")
+    p.add_argument("--output", type=Path, help="sweep folder (default: runs/sweep+<models>__<tasks>; rerunning resumes it)")
     return p
 
 
