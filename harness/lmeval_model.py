@@ -18,7 +18,6 @@ adapter's config. The models generate only; loglikelihood requests fail with one
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
