@@ -13,80 +13,24 @@ option or value fails in one line before anything is generated.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import json
-import re
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
-from harness.cli import UsageError, parse_value
-from harness.distributed import DistContext
-from harness.runner import Runner, RunSettings, write_json_atomic
-from models.base import ModelAdapter, apply_overrides
+from harness.errors import UsageError
+from harness.ranks import DistContext
+from harness.run_folder import RunFolder, RunLoadError
+from harness.runner import Runner, RunSettings
+from harness.sweep_plan import BATCH, Axis, Point, SweepPlan, store_dir
+from models.base import ModelAdapter, ModelConfig
+from models.decoders.contract import ConfigError
+from models.options import coerce, leaves, set_options
 from models.registry import ModelSpec, adapter_class, load_adapter, spec_for
 from tasks.registry import make_task
 
-BATCH = "batch_size"
-PLAN_NAME = "sweep.json"
-CANVAS_OPTION = "gen_length"  # a per-model canvas, as presets set it; not a decoder field
-
-
-@dataclass(frozen=True)
-class Axis:
-    """One grid: a model's option (or the batch size, model None) and the values to try, as the user spelled them."""
-
-    model: str | None
-    option: str
-    values: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Point:
-    """One run of a sweep: a model, its gridded options (name, value text) in grid order, and a batch size."""
-
-    model: str
-    options: tuple[tuple[str, str], ...]
-    batch_size: int
-
-    @property
-    def name(self) -> str:
-        """The folder name, spelling the settings: ``model__opt=value__batch_size=N``."""
-        spelled = "__".join(f"{k}={v}" for k, v in self.options) or "defaults"
-        name = re.sub(r"[^A-Za-z0-9._+=-]", "_", f"{self.model}__{spelled}__{BATCH}={self.batch_size}")
-        if len(name) > 180:  # file systems cap names at 255 bytes; keep it readable and unique
-            name = name[:160] + "__" + hashlib.sha256(name.encode()).hexdigest()[:12]
-        return name
-
-    @property
-    def overrides(self) -> dict[str, Any]:
-        return {k: option_value(self.model, k, v) for k, v in self.options}
-
-    @property
-    def settings_text(self) -> str:
-        return ", ".join([f"{k}={v}" for k, v in self.options] + [f"{BATCH}={self.batch_size}"])
-
-
-def option_value(model: str, option: str, text: str) -> Any:
-    """A grid value as --model-arg parses it, except that a text option keeps its text (``cache=none`` is the
-    string "none", not None), checked against the option's declared type so that a wrong one fails before any point
-    runs. Issue 15's typed --model-arg parsing should replace this with the shared coercion."""
-    hints = typing.get_type_hints(adapter_class(spec_for(model).kind).config_class)
-    if option not in hints:
-        return parse_value(text)
-    allowed = typing.get_args(hints[option]) or (hints[option],)
-    if str in allowed and not (type(None) in allowed and text.lower() in ("none", "null")):
-        return text
-    value = parse_value(text)
-    fits = (isinstance(value, bool) and bool in allowed) or (
-        not isinstance(value, bool) and any(isinstance(value, t) for t in allowed if t is not bool)) or (
-        isinstance(value, int) and not isinstance(value, bool) and float in allowed)
-    if not fits:
-        names = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
-        raise UsageError(f"{option}={text} is not {names}")
-    return value
+CANVAS_OPTION = "gen_length"  # a per-model canvas, as presets set it; not a config field
 
 
 @dataclass(frozen=True)
@@ -96,36 +40,6 @@ class SweepSpec:
     axes: tuple[Axis, ...]
     reference: dict[str | None, dict[str, str]]
     alpha: float = 0.05
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    root: Path
-    models: tuple[str, ...]
-    tasks: tuple[str, ...]
-    points: tuple[Point, ...]
-    references: dict[str, str]  # model -> name of its reference point
-    alpha: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "models": list(self.models), "tasks": list(self.tasks), "alpha": self.alpha,
-            "references": self.references,
-            "points": [{"name": p.name, "model": p.model, "options": [list(o) for o in p.options],
-                        "batch_size": p.batch_size} for p in self.points],
-        }
-
-
-def load_plan(root: Path) -> SweepPlan:
-    """The plan a sweep wrote into its folder (so the frontier can be rebuilt from the folder alone)."""
-    path = Path(root) / PLAN_NAME
-    if not path.is_file():
-        raise ValueError(f"{root} has no {PLAN_NAME} (not a sweep folder; run `run_eval.py sweep` first)")
-    raw = json.loads(path.read_text(encoding="utf-8"))
-    points = tuple(Point(p["model"], tuple((k, v) for k, v in p["options"]), int(p["batch_size"]))
-                   for p in raw["points"])
-    return SweepPlan(Path(root), tuple(raw["models"]), tuple(raw["tasks"]), points, dict(raw["references"]),
-                     float(raw.get("alpha", 0.05)))
 
 
 # --- parsing ------------------------------------------------------------------------------------------------------
@@ -142,14 +56,23 @@ def _target(text: str, models: Sequence[str], flag: str) -> tuple[str | None, st
     return model, option
 
 
-def check_option(model: str, option: str, flag: str) -> None:
-    """An option the model's configuration has (or its canvas); the message lists the valid ones."""
-    if option == CANVAS_OPTION:
-        return
+def check_values(model: str, option: str, values: Sequence[str], flag: str) -> None:
+    """Each value typed and checked exactly as ``--model-arg`` would be (models.options), against the model's
+    config before any weights or tokenizer load; the canvas is typed as the runner types a preset's."""
+    kind = adapter_class(spec_for(model).kind)
+    config = ModelConfig(kind.template, kind.decoder.config_class())
+    valid = sorted(name for name, leaf in leaves(config).items() if leaf.settable)
+    if option != CANVAS_OPTION and option not in valid:
+        raise UsageError(f"{flag}: {model}: unknown option {option}; valid options: {', '.join(valid)} "
+                         f"(or {CANVAS_OPTION}, or {BATCH})")
     try:
-        apply_overrides(adapter_class(spec_for(model).kind).config_class(), {option: None}, model)
-    except ValueError as error:
-        raise UsageError(f"{flag}: {error} (or {CANVAS_OPTION}, or {BATCH})") from None
+        for value in values:
+            if option == CANVAS_OPTION:
+                coerce(model, option, value, int | None)
+            else:
+                set_options(config, {option: value}, model)
+    except ConfigError as error:
+        raise UsageError(f"{flag}: {error}") from None
 
 
 def _batch_value(text: str, flag: str) -> int:
@@ -180,7 +103,7 @@ def parse_grids(items: Sequence[str], models: Sequence[str]) -> tuple[Axis, ...]
             new = [Axis(None, BATCH, values)]
         else:
             for m in [model] if model else models:
-                check_option(m, option, "--grid")
+                check_values(m, option, values, "--grid")
             new = [Axis(m, option, values) for m in ([model] if model else models)]
         for axis in new:
             if any(a.model == axis.model and a.option == axis.option for a in axes):
@@ -202,7 +125,7 @@ def parse_reference(items: Sequence[str], models: Sequence[str]) -> dict[str | N
             out.setdefault(None, {})[BATCH] = str(_batch_value(value.strip(), "--reference"))
             continue
         for m in [model] if model else models:
-            check_option(m, option, "--reference")
+            check_values(m, option, [value.strip()], "--reference")
             out.setdefault(m, {})[option] = value.strip()
     return out
 
@@ -239,10 +162,11 @@ def reference_batch(spec: SweepSpec, base: RunSettings) -> int:
 
 
 def point_settings(point: Point, base: RunSettings, root: Path) -> RunSettings:
-    """The run of one point: its model alone, its options over the run's --model-arg, its batch size's store."""
+    """The run of one point: its model alone, its options (text, as --model-arg gives them) over the run's
+    --model-arg, its batch size's shared store."""
     model_args = {point.model: {**base.model_args.get(point.model, {}), **point.overrides}}
     return dataclasses.replace(base, models=(point.model,), output=root / point.name, batch_size=point.batch_size,
-                               model_args=model_args, store_dir=root / "store" / f"{BATCH}={point.batch_size}")
+                               model_args=model_args, store_dir=store_dir(root, point.batch_size))
 
 
 def plan_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext,
@@ -273,7 +197,7 @@ def plan_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistCon
             try:
                 runner = SweepRunner(point_settings(Point(model, options, sizes[0]), base, root), dist_ctx, adapters)
                 jobs = [runner.plan_job(spec_m, adapter, task, data[task.name]) for task in tasks]
-            except (TypeError, ValueError) as error:  # a value of the wrong type fails inside the config check
+            except ConfigError as error:  # a combination the decoder cannot run, at the task's canvas
                 spelled = ", ".join(f"{k}={v}" for k, v in options) or "its defaults"
                 first = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise UsageError(f"{model} with {spelled}: {first} (fix that --grid or --reference value)") from None
@@ -304,29 +228,28 @@ def _canonical(settings: RunSettings) -> str:
 
 def is_complete(settings: RunSettings) -> bool:
     """A point already finished with these very settings: every planned sample scored."""
-    path = settings.output / "results.json"
-    if not path.is_file():
-        return False
     try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload = RunFolder(settings.output).read_results()
         recorded = json.dumps(payload["manifest"]["settings"], sort_keys=True)
         full = all(r["n_samples"] == r["manifest"]["n_planned"] for r in payload["results"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (RunLoadError, KeyError, TypeError):
         return False
     return full and recorded == _canonical(settings) and len(payload["results"]) == len(settings.tasks)
 
 
-def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext = DistContext()) -> SweepPlan:
-    """Plan every point, write the plan, then run the points not finished yet, in order."""
+def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext = DistContext(),
+              wait_for_ranks: Callable[[], None] = lambda: None) -> SweepPlan:
+    """Plan every point, write the plan, then run the points not finished yet, in order (each waits for every
+    rank before scoring, as a run does)."""
     adapters: dict[str, ModelAdapter] = {}
     plan = plan_sweep(spec, base, root, dist_ctx, adapters)
     if dist_ctx.is_main:
-        write_json_atomic(root / PLAN_NAME, plan.to_json())
+        plan.write()
     todo = [p for p in plan.points if not is_complete(point_settings(p, base, root))]
     if dist_ctx.is_main:
         print(f"sweep: {len(plan.points)} points, {len(plan.points) - len(todo)} already finished")
     for index, point in enumerate(todo, start=1):
         if dist_ctx.is_main:
             print(f"sweep: point {index}/{len(todo)}: {point.name}")
-        SweepRunner(point_settings(point, base, root), dist_ctx, adapters).run()
+        SweepRunner(point_settings(point, base, root), dist_ctx, adapters).run(wait_for_ranks)
     return plan

@@ -1,7 +1,8 @@
 """The speed/quality frontier of a sweep, as tables: one row per (task, model, point), headlines and crossovers.
 
 Accuracy and its 95% interval are the point's own results (harness.aggregate); each point is tested against its
-model's reference point by harness.gate's paired test (exact McNemar for 0/1 scores, items paired by doc_id), and
+model's reference point by the gate's paired test (harness.significance: exact McNemar for 0/1 scores, items paired
+by doc_id), and
 the p-values are Holm-corrected over the model's non-reference points of one task. A point is "matched" when its
 accuracy is not significantly below the reference's: not (Holm p < alpha and paired mean below the reference's).
 """
@@ -15,11 +16,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.compare import RunLoadError, load_run, load_samples
 from harness.crossover import crossings
-from harness.gate import GateError, pair_by_doc, paired_test
+from harness.run_folder import RunLoadError, load_run
+from harness.significance import PairingError, pair_by_doc, paired_test
 from harness.stats import holm_adjust
-from harness.sweep import SweepPlan, load_plan
+from harness.sweep_plan import SweepPlan, load_plan
 
 CROSSOVER_RULE = ("tokens/s interpolated linearly in log2(batch size) between measured batch sizes, over the range "
                   "both models cover; a crossover is where the difference changes sign")
@@ -109,7 +110,7 @@ def _measured(plan: SweepPlan) -> tuple[list[dict[str, Any]], list[str]]:
             raw.append({"point": point, "task": result["task"], "metric": result["primary_metric"],
                         "accuracy": _number(primary.get("value")), "ci_low": _number(ci[0]),
                         "ci_high": _number(ci[1]), "n": int(result["n_samples"]), "tps": _tps(result["speed"]),
-                        "samples": load_samples(run, point.model, result["task"])})
+                        "samples": run.samples(point.model, result["task"])})
     return raw, notes
 
 
@@ -123,7 +124,7 @@ def _group_rows(group: list[dict[str, Any]], reference: str, alpha: float, notes
             continue
         try:
             tests.append(paired_test(pair_by_doc(ref["samples"], r["samples"], r["metric"], r["point"].name)))
-        except GateError as error:
+        except PairingError as error:
             notes.append(str(error))
             tests.append(None)
     if ref is None:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from harness.files import write_atomic
 from reports.figures import colour, to_data_uri
 from reports.frontier import CROSSOVER_RULE, Frontier, build_frontier
-from reports.html import _write_atomic, make_environment, table_view
+from reports.html import make_environment, table_view
 
 PAGE_NAME = "frontier.html"
 TABLE_COLUMNS = ["task", "model", "options", "batch_size", "accuracy", "ci_low", "ci_high", "n", "tokens_per_second",
@@ -120,5 +121,5 @@ def write_frontier(root: Path, frontier: Frontier | None = None) -> Path:
     frontier.frame.to_csv(root / "frontier.csv", index=False)
     frontier.crossovers.to_csv(root / "frontier_crossovers.csv", index=False)
     path = root / PAGE_NAME
-    _write_atomic(path, render_frontier(frontier))
+    write_atomic(path, render_frontier(frontier))
     return path

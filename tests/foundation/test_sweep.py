@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from harness.cli import main
-from harness.sweep import Point, load_plan
+from harness.sweep_plan import Point, load_plan
+from models.options import option
+from models.registry import load_adapter, spec_for
 from reports.frontier import frontier_frame
 
 
@@ -32,7 +35,10 @@ def sweep_args(out: Path, *extra: str, model: str = "tiny-qwen3") -> list[str]:
     ([], "give at least one --grid"),
     # the last point's value is the bad one: every point is checked before the first runs
     (["--grid", "tiny-qwen3.top_p=1.0,0.5,1.5", "--grid", "batch_size=1,2"], "top_p=1.5: tiny-qwen3: top_p must be"),
-    (["--grid", "tiny-qwen3.top_k=abc"], "tiny-qwen3 with top_k=abc"),
+    # values are typed by the model's config exactly as --model-arg's are, before any model loads
+    (["--grid", "tiny-qwen3.top_k=abc"], "--grid: tiny-qwen3: option top_k=abc is not an int"),
+    (["--grid", "tiny-qwen3.top_p=0.5", "--reference", "tiny-qwen3.top_k=1.5"], "option top_k=1.5 is not an int"),
+    (["--grid", "gen_length=8,eight"], "option gen_length=eight is not an int"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, extra, needle):
     out = tmp_path / "sweep"
@@ -55,9 +61,19 @@ def test_help_and_list_explain_the_grid(capsys):
 def test_point_names_spell_settings():
     point = Point("tiny-refusion", (("slot_threshold", "0.5"), ("slot_size", "4")), 16)
     assert point.name == "tiny-refusion__slot_threshold=0.5__slot_size=4__batch_size=16"
-    assert point.overrides == {"slot_threshold": 0.5, "slot_size": 4}
-    assert Point("tiny-llada", (("cache", "none"),), 1).overrides == {"cache": "none"}  # a text option stays text
+    assert point.overrides == {"slot_threshold": "0.5", "slot_size": "4"}  # text, as --model-arg gives it
     assert Point("hf:org/model", (), 1).name == "hf_org_model__defaults__batch_size=1"
+
+
+def test_point_options_are_typed_by_the_models_config():
+    """A point's text becomes the config's types in models.options, the one place --model-arg is typed too."""
+    adapter = load_adapter(spec_for("tiny-refusion"), torch.device("cpu"), torch.float32)
+    config = adapter.make_config(Point("tiny-refusion", (("slot_threshold", "0.5"), ("slot_size", "4")), 1).overrides)
+    assert option(config.decoder, "slot_threshold") == 0.5 and option(config.decoder, "slot_size") == 4
+    assert isinstance(option(config.decoder, "slot_size"), int)
+    fast = load_adapter(spec_for("tiny-llada-fastdllm"), torch.device("cpu"), torch.float32)
+    assert option(fast.make_config(Point("tiny-llada-fastdllm", (("cache", "none"),), 1).overrides).decoder,
+                  "cache") == "none"  # a text choice keeps its text
 
 
 def store_records(root: Path) -> dict[int, list[dict]]:

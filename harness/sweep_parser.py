@@ -1,12 +1,15 @@
-"""``run_eval.py sweep``: run a grid of decoding settings and batch sizes, then write the speed/quality frontier."""
+"""The options of ``run_eval.py sweep``: the run's options plus grids, a reference and a significance level.
+
+The command itself lives in harness.cli, the one place that both runs and reports (a sweep ends with its frontier).
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
-from harness.cli import UsageError, build_parser, list_registry, quiet_libraries, settings_from_args
+from harness.errors import UsageError
 
 EPILOG = """\
 Each point is one model with one value of each of its gridded options at one batch size: the Cartesian product of
@@ -30,8 +33,8 @@ class _SweepParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def build_sweep_parser() -> argparse.ArgumentParser:
-    run = build_parser()
+def build_sweep_parser(run: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The sweep's parser over ``run``, the run's parser (its options are the sweep's too)."""
     p = _SweepParser(prog="run_eval.py sweep", parents=[run], add_help=False, conflict_handler="resolve",
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
                      description="Sweep decoding options and batch sizes; chart accuracy against tokens/s.")
@@ -47,53 +50,7 @@ def build_sweep_parser() -> argparse.ArgumentParser:
     return p
 
 
-def list_sweep() -> str:
-    return (list_registry() + "\nsweep axes: --grid MODEL.OPTION=V1,V2 for any decoding option above (or gen_length, "
+def list_sweep(registry: str) -> str:
+    """``registry`` (the run's --list text) and the axes a sweep can grid."""
+    return (registry + "\nsweep axes: --grid MODEL.OPTION=V1,V2 for any decoding option above (or gen_length, "
             "a per-model canvas), --grid OPTION=... for every model, --grid batch_size=1,4,16")
-
-
-def sweep_main(argv: Sequence[str]) -> int:
-    from harness import distributed
-    from harness.cli import default_output
-    from harness.runner import resolve_device
-    from harness.sweep import SweepSpec, parse_grids, parse_reference, run_sweep
-
-    try:
-        args = build_sweep_parser().parse_args(list(argv))
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    if args.list:
-        print(list_sweep())
-        return 0
-    quiet_libraries()
-    if not args.grid:
-        raise UsageError("give at least one --grid (e.g. --grid tiny-refusion.slot_size=4,8 or --grid batch_size=1,4)")
-    if not 0 < args.alpha < 1:
-        raise UsageError(f"--alpha must be between 0 and 1, got {args.alpha}")
-    base = settings_from_args(args)
-    root = args.output or default_output(("sweep", *base.models), base.tasks)
-    spec = SweepSpec(parse_grids(args.grid, base.models), parse_reference(args.reference, base.models), args.alpha)
-    ctx = distributed.context_from_env()
-    distributed.start(ctx, resolve_device(base.device, ctx.local_rank))
-    try:
-        run_sweep(spec, base, root, ctx)
-    finally:
-        distributed.stop(ctx)
-    if ctx.is_main:
-        print(write_frontier_files(root))
-    return 0
-
-
-def write_frontier_files(root: Path) -> str:
-    """The frontier page and tables; a page that fails does not fail the sweep (every point's results are written)."""
-    from reports.frontier import build_frontier
-    from reports.frontier_page import write_frontier
-
-    try:
-        frontier = build_frontier(root)
-        html = write_frontier(root, frontier)
-    except (ValueError, OSError) as error:
-        return f"frontier not written: {error} (rerun the same sweep command: finished points are skipped)"
-    lines = [h.text for h in frontier.headlines] + list(frontier.crossovers["text"]) + list(frontier.notes)
-    return "\n".join(lines + [f"frontier: {html} (table: {html.with_suffix('.csv')})"])
-
