@@ -1,4 +1,4 @@
-"""Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``.
+"""Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``gate ...``, ``gate-speed RUN``.
 
 Every mistake a user can make on the command line ends in one line on stderr and exit status 2.
 """
@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run_eval.py",
         description="Evaluate diffusion and autoregressive language models side by side: accuracy and speed.",
-        epilog="Subcommands: `run_eval.py report RUN [RUN ...]` and `run_eval.py gate --baseline B --candidate C`.",
+        epilog="Subcommands: `run_eval.py report RUN [RUN ...]`, `run_eval.py gate --baseline B --candidate C` and "
+               "`run_eval.py gate-speed RUN`.",
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
     p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
@@ -208,6 +209,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.gate import main_gate
 
         return main_gate(argv[1:])
+    if argv[:1] == ["gate-speed"]:
+        quiet_libraries()
+        from harness.gate_speed import main_gate_speed
+
+        return main_gate_speed(argv[1:])
     try:
         return run_main(argv)
     except user_errors() as error:
