@@ -42,7 +42,7 @@ class GateError(ValueError):
 @dataclass(frozen=True)
 class GateSettings:
     max_accuracy_drop: float = 1.0  # percentage points; 100 turns accuracy gating off
-    max_tps_drop: float = 0.25  # fraction of the baseline's tokens/s (docs/benchmarks.md: the re-timed noise)
+    max_tps_drop: float = 0.30  # fraction of the baseline's tokens/s (docs/benchmarks.md: the re-timed noise)
     alpha: float = 0.05
     tasks: tuple[str, ...] | None = None
     max_changed_outputs: int | None = None  # None: drift is reported, not gated

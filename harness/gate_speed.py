@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 SPEED_FILE = "gate_speed.json"
 FORMAT = "gate-speed-1"
-REFERENCE_STEPS = 400  # one reference chunk: a few tenths of a second on one core of this machine
+REFERENCE_STEPS = 16  # greedy steps of one reference chunk (after a prefill of REFERENCE_PROMPT ids)
+REFERENCE_PROMPT = 32
 
 
 class SpeedError(ValueError):
@@ -82,25 +83,34 @@ class SpeedMeasure:
 
 
 class Reference:
-    """A fixed small-matrix workload (the shape of a tiny transformer's layers), seeded, independent of the repo."""
+    """A fixed greedy decoder: a seeded random Qwen3 the size of the tiny test models, stepped with its KV cache
+    through transformers alone. It does the same kind of work as a decode (small matmuls, Python per step, cache
+    growth), so contention slows both alike, and no change to this repository can alter it."""
 
     def __init__(self, device: "torch.device"):
         import torch
+        from transformers import Qwen3Config, Qwen3ForCausalLM
 
-        gen = torch.Generator().manual_seed(0)
-        self.x = torch.randn(16, 64, generator=gen).to(device)
-        self.w1 = (torch.randn(64, 256, generator=gen) / 8).to(device)
-        self.w2 = (torch.randn(256, 64, generator=gen) / 16).to(device)
+        config = Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+                             initializer_range=0.2)
+        with torch.random.fork_rng(devices=[]):  # leave the caller's random state alone
+            torch.manual_seed(0)
+            self.model = Qwen3ForCausalLM(config).to(device).eval()
+        self.prompt = (torch.arange(REFERENCE_PROMPT, device=device) * 7 % 512).unsqueeze(0)
 
-    def run(self) -> float:
+    def run(self) -> int:
         import torch
 
-        x = self.x
+        from transformers import DynamicCache
+
         with torch.no_grad():
+            cache = DynamicCache(config=self.model.config)
+            logits = self.model(input_ids=self.prompt, cache=cache, use_cache=True, logits_to_keep=1).logits
             for _ in range(REFERENCE_STEPS):
-                h = torch.nn.functional.gelu(x @ self.w1)
-                x = torch.nn.functional.layer_norm(x + torch.softmax(h, dim=-1) @ self.w2, (64,))
-        return float(x[0, 0])
+                token = logits[:, -1:].argmax(-1)
+                logits = self.model(input_ids=token, cache=cache, use_cache=True).logits
+        return int(logits[0, -1].argmax())
 
 
 def clock_for(device: "torch.device") -> Callable[[], float]:
@@ -189,7 +199,7 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": {**hardware(device), "torch": torch.__version__, "threads": settings.threads,
                         "device": str(device)},
-        "settings": {"passes": settings.passes, "samples": settings.samples, "reference_steps": REFERENCE_STEPS},
+        "settings": {"passes": settings.passes, "samples": settings.samples, "reference_steps": REFERENCE_STEPS, "reference_prompt": REFERENCE_PROMPT},
         "results": [m.as_dict() for m in measures],
     }
 
