@@ -1,15 +1,17 @@
-"""A speed figure that survives a shared, noisy runner: re-timing a finished run against a fixed reference workload.
+"""A speed figure that survives a shared, noisy runner: re-timing a finished run against a fixed reference decoder.
 
 Noise model: on a shared CPU, other processes take time slices, so a timed stretch of work runs slower by a factor
 that follows the machine's load and changes over seconds; a run's own tokens/s is one such stretch (two identical
 runs here differed by 43%). ``run_eval.py gate-speed RUN`` decodes the first few stored prompts of every
-(model, task) again, pass after pass, and before each prompt (and after the last) runs a fixed pure-torch workload
-that no change to this repository can alter. Prompt and reference alternate within a fraction of a second, so they
-see nearly the same load, and their ratio, tokens per second times reference seconds ("normalised throughput"),
-cancels it; the median over passes drops passes in which a burst hit only one side. What remains is load that
-changes within one prompt, and the different sensitivity of the two workloads to cache and memory contention; the
-default tolerance is set from what ``benchmarks/gate_speed_noise.py`` measures (docs/benchmarks.md).
-The re-decoded ids are compared with the stored ones, so the measurement also says whether the run reproduces.
+(model, task) again, pass after pass, on the process's CPU time (slices taken by others are not counted), and runs a
+fixed reference decoder (transformers and torch only, nothing this repository can change) before each prompt and
+after the last. What CPU time still feels (shared caches, memory bandwidth, frequency, a hypervisor's steal) hits
+prompt and reference alike, as they alternate within a fraction of a second: their ratio, tokens per CPU-second
+times reference CPU-seconds ("normalised throughput"), cancels it, and the median over passes drops passes in which
+a burst hit only one side. What remains is contention changing within one prompt and the two workloads' different
+sensitivity to it; ``benchmarks/gate_speed_noise.py`` measures it (docs/benchmarks.md), and the gate's default
+tolerance comes from there. The re-decoded ids are compared with the stored ones, so the measurement also says
+whether the run reproduces.
 """
 
 from __future__ import annotations
