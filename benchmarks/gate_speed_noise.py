@@ -111,7 +111,7 @@ def main() -> None:
                 rows.append(f"{100 * speed.change:+15.1f}% "
                             f"{100 * change(previous, cand, 'median_tokens_per_second'):+9.1f}% "
                             f"{100 * wall_change(previous, cand):+6.1f}% {verdict:>8}")
-            print(f"{index:>5} {rows[0]} {rows[1]}")
+            print(f"{index:>5} {' '.join(rows)}")
             previous = current
     passed = sum(c >= -args.tolerance for c in same)
     caught = sum(c < -args.tolerance for c in slow)

@@ -260,15 +260,16 @@ def check_power(where: str, power: Power, settings: GateSettings) -> None:
     smallest = ("no drop of at most n items is significant" if power.min_items is None
                 else f"the smallest significant drop is {power.min_items} items, {power.min_drop_points:.1f} points")
     need = (f"it needs n >= {needed}" if needed is not None else "no n can detect it (raise --max-accuracy-drop)")
+    family = round(settings.alpha / power.threshold)
     raise GateError(f"underpowered: {where}: {power.n} {unit} cannot detect a drop of "
-                    f"{settings.max_accuracy_drop:g} points at alpha {settings.alpha:g} (Holm over {round(settings.alpha / power.threshold)}: "
+                    f"{settings.max_accuracy_drop:g} points at alpha {settings.alpha:g} (Holm over {family}: "
                     f"{smallest}); {need}, or pass --allow-underpowered, or --max-accuracy-drop "
                     f"{NOT_GATED_POINTS:g} to not gate accuracy")
 
 
 def compared_speed(base: dict, cand: dict, base_timed: dict | None, cand_timed: dict | None) -> Speed:
     """Re-timed figures when both sides have them for this (model, task), else the runs' own tokens/s."""
-    if base_timed and cand_timed and base_timed.get("samples") == cand_timed.get("samples"):
+    if base_timed and cand_timed and all(base_timed.get(k) == cand_timed.get(k) for k in ("samples", "clock")):
         b, c = base_timed["median_normalized"], cand_timed["median_normalized"]
         return Speed("re-timed", base_timed["median_tokens_per_second"], cand_timed["median_tokens_per_second"],
                      c / b - 1.0 if b else None)
@@ -280,12 +281,16 @@ HARDWARE_KEYS = ("cpu_model", "accelerator", "device_name")
 
 
 def hardware_warnings(env_b: dict[str, Any], env_c: dict[str, Any], what: str) -> list[str]:
-    """One warning when baseline and candidate ran on different hardware (keys missing on both sides are ignored:
-    manifests written before the CPU model was recorded)."""
+    """One warning when baseline and candidate ran on different hardware, or when one side did not record it (keys
+    missing on both sides are ignored: manifests written before the CPU model was recorded)."""
     differing = [k for k in HARDWARE_KEYS if (k in env_b or k in env_c) and env_b.get(k) != env_c.get(k)]
     if not differing:
         return []
-    shown = "; ".join(f"{k} {env_b.get(k)!r} vs {env_c.get(k)!r}" for k in differing)
+
+    def show(env: dict[str, Any], key: str) -> str:
+        return repr(env[key]) if key in env else "not recorded"
+
+    shown = "; ".join(f"{k} {show(env_b, k)} vs {show(env_c, k)}" for k in differing)
     return [f"WARNING: baseline and candidate ({what}) ran on different hardware ({shown}): "
             f"speed is not comparable"]
 

@@ -201,7 +201,8 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "environment": {**hardware(device), "torch": torch.__version__, "threads": settings.threads,
                         "device": str(device)},
-        "settings": {"passes": settings.passes, "samples": settings.samples, "reference_steps": REFERENCE_STEPS, "reference_prompt": REFERENCE_PROMPT},
+        "settings": {"passes": settings.passes, "samples": settings.samples, "reference_steps": REFERENCE_STEPS,
+                     "reference_prompt": REFERENCE_PROMPT},
         "results": [m.as_dict() for m in measures],
     }
 
