@@ -4,8 +4,8 @@ The rule (stated in docs/report_and_gate.md): a drop of ``d`` items is *detectab
 for detection (every changed item went right -> wrong, none back; for unpaired runs a baseline at 100%), its exact
 p-value is below ``alpha / m``, where ``m`` is the number of (model, task) comparisons Holm corrects across.
 ``alpha / m`` is Holm's first (strictest) step, the only threshold that guarantees significance whatever the other
-tasks show. The gate flags drops larger than the tolerance, so the tolerance is detectable when the smallest drop above it,
-``floor(tolerance * n / 100) + 1`` items, is itself detectable. Real power is lower: wrong -> right pairs dilute the
+tasks show. The gate flags drops larger than the tolerance, so the tolerance is detectable when the smallest drop
+above it, ``floor(tolerance * n / 100) + 1`` items, is itself detectable. Real power is lower: wrong -> right pairs dilute the
 test. This is a necessary condition, not a power calculation at a chosen effect size.
 """
 
