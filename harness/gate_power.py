@@ -5,8 +5,8 @@ for detection (every changed item went right -> wrong, none back; for unpaired r
 p-value is below ``alpha / m``, where ``m`` is the number of (model, task) comparisons Holm corrects across.
 ``alpha / m`` is Holm's first (strictest) step, the only threshold that guarantees significance whatever the other
 tasks show. The gate flags drops larger than the tolerance, so the tolerance is detectable when the smallest drop
-above it, ``floor(tolerance * n / 100) + 1`` items, is itself detectable. Real power is lower: wrong -> right pairs dilute the
-test. This is a necessary condition, not a power calculation at a chosen effect size.
+above it, ``floor(tolerance * n / 100) + 1`` items, is itself detectable. Real power is lower: wrong -> right pairs
+dilute the test. This is a necessary condition, not a power calculation at a chosen effect size.
 """
 
 from __future__ import annotations
