@@ -166,8 +166,14 @@ def load_for_result(result: dict[str, Any], device: "torch.device") -> "ModelAda
     from models.loading import parse_dtype
     from models.registry import load_adapter, spec_for
 
+    from models.registry import model_names
+
+    name = result["model"]
+    if not name.startswith("hf:") and name not in model_names():
+        raise SpeedError(f"{name} is not a registry model (valid: {', '.join(model_names())}); gate-speed reloads the "
+                         f"model by its registry name")
     dtype = parse_dtype(str(result["manifest"].get("model", {}).get("dtype", "auto")), device)
-    return load_adapter(spec_for(result["model"]), device, dtype)
+    return load_adapter(spec_for(name), device, dtype)
 
 
 def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory = load_for_result) -> dict[str, Any]:

@@ -176,3 +176,19 @@ def test_first_difference():
     assert first_difference([1, 2, 3], [1, 2, 3]) is None
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert first_difference([1, 2], [1, 2, 3]) == 2
+
+
+@pytest.mark.parametrize("case", ["missing", "passes", "bare", "no_samples", "no_such_model", "unregistered"])
+def test_gate_speed_bad_input_exits_2_with_one_line(tmp_path, rf, capsys, case):
+    from harness.gate_speed import main_gate_speed
+
+    run = rf.write_run(tmp_path / "r", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 2))], with_samples=case != "no_samples")
+    bare = tmp_path / "bare.json"
+    bare.write_text((run / "results.json").read_text())
+    argv = {"missing": [str(tmp_path / "absent")], "passes": [str(run), "--passes", "0"], "bare": [str(bare)],
+            "no_samples": [str(run)], "no_such_model": [str(run), "--models", "other"],
+            "unregistered": [str(run)]}[case]  # model "m" is in no registry
+    code = main_gate_speed(argv)
+    out, err = capsys.readouterr()
+    assert code == NOT_COMPARABLE and out == "" and len(err.strip().splitlines()) == 1 and "gate-speed: error" in err
+    assert not (run / SPEED_FILE).exists()
