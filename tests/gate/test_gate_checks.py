@@ -182,7 +182,8 @@ def test_first_difference():
 def test_gate_speed_bad_input_exits_2_with_one_line(tmp_path, rf, capsys, case):
     from harness.gate_speed import main_gate_speed
 
-    run = rf.write_run(tmp_path / "r", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 2))], with_samples=case != "no_samples")
+    run = rf.write_run(tmp_path / "r", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 2))],
+                       with_samples=case != "no_samples")
     bare = tmp_path / "bare.json"
     bare.write_text((run / "results.json").read_text())
     argv = {"missing": [str(tmp_path / "absent")], "passes": [str(run), "--passes", "0"], "bare": [str(bare)],
