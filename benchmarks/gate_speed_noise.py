@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.compare import load_run
 from harness.gate import GateSettings, compared_speed
 from harness.gate_speed import SpeedSettings, load_for_result, measure_run
+from harness.run_folder import load_run
 
 
 def make_run(folder: Path, model: str) -> Path:

@@ -21,98 +21,18 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from scipy import stats as scipy_stats
 
-from harness.compare import Run, RunLoadError, describe_value, field_differences, load_run, load_samples
-from harness.gate_drift import Drift, forwards_per_token, output_drift, shared_docs
+from harness.compare import describe_value, field_differences
+from harness.gate_drift import forwards_per_token, output_drift, shared_docs
 from harness.gate_power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
+from harness.gate_report import (NOT_COMPARABLE, PASS, REGRESSION, AccuracyTest, GateError, GateReport, GateRow,
+                                 GateSettings, Speed)
 from harness.gate_speed import read_speed, speed_entry
+from harness.run_folder import Run, RunLoadError, load_run
 from harness.stats import holm_adjust, mcnemar_exact
-
-PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 2
-
-
-class GateError(ValueError):
-    """The runs cannot be compared, or the input is bad; the message is one line for the user."""
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    max_accuracy_drop: float = 1.0  # percentage points; 100 turns accuracy gating off
-    max_tps_drop: float = 0.30  # fraction of the baseline's tokens/s (docs/benchmarks.md: the re-timed noise)
-    alpha: float = 0.05
-    tasks: tuple[str, ...] | None = None
-    max_changed_outputs: int | None = None  # None: drift is reported, not gated
-    max_forwards_increase: float = 0.0  # fraction of the baseline's forwards per token
-    allow_underpowered: bool = False
-    allow_decoding_change: bool = False
-
-
-@dataclass(frozen=True)
-class AccuracyTest:
-    """One accuracy comparison before multiple-testing correction."""
-
-    n_baseline: int
-    n_candidate: int
-    baseline: float  # mean of the primary metric, 0..1 (over the paired items when paired)
-    candidate: float
-    test: str
-    p_value: float
-    right_to_wrong: int | None = None
-    wrong_to_right: int | None = None
-
-    @property
-    def delta_points(self) -> float:
-        return 100.0 * (self.candidate - self.baseline)
-
-
-@dataclass(frozen=True)
-class Speed:
-    """The tokens/s compared: re-timed medians normalised by the reference workload, or the runs' own figures."""
-
-    source: str  # "re-timed" | "run"
-    baseline_tps: float | None
-    candidate_tps: float | None
-    change: float | None  # relative change of the compared figure (-0.2 is 20% slower)
-
-
-@dataclass(frozen=True)
-class GateRow:
-    model: str
-    task: str
-    metric: str
-    accuracy: AccuracyTest
-    p_holm: float
-    power: Power
-    drift: Drift | None
-    baseline_fpt: float | None  # forwards per generated token
-    candidate_fpt: float | None
-    speed: Speed
-    accuracy_regression: bool
-    drift_regression: bool
-    forwards_regression: bool
-    speed_regression: bool
-
-    @property
-    def verdicts(self) -> list[str]:
-        flags = (("ACCURACY", self.accuracy_regression), ("DRIFT", self.drift_regression),
-                 ("FORWARDS", self.forwards_regression), ("SPEED", self.speed_regression))
-        return [name for name, flag in flags if flag]
-
-
-@dataclass(frozen=True)
-class GateReport:
-    settings: GateSettings
-    rows: tuple[GateRow, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def failed(self) -> bool:
-        return any(r.verdicts for r in self.rows)
-
 
 # --- accuracy tests -------------------------------------------------------------------------------------------------
 
@@ -319,7 +239,7 @@ def evaluate(baseline: Run, candidate: Run, settings: GateSettings) -> GateRepor
     or the accuracy tolerance is undetectable."""
     pairs = _entries(baseline, candidate, settings.tasks)
     notes = [n for base, cand in pairs for n in check_comparable(base, cand, settings.allow_decoding_change)]
-    samples = [(load_samples(baseline, b["model"], b["task"]), load_samples(candidate, c["model"], c["task"]))
+    samples = [(baseline.samples(b["model"], b["task"]), candidate.samples(c["model"], c["task"]))
                for b, c in pairs]
     tests = [accuracy_test(base, cand, *recs) for (base, cand), recs in zip(pairs, samples)]
     powers = [power_of(t, settings.alpha, len(tests)) for t in tests]
@@ -364,8 +284,8 @@ def main_gate(argv: list[str]) -> int:
     from harness.gate_output import build_parser, format_report, settings_from_args
 
     try:
-        args = build_parser(GateError).parse_args(argv)
-        settings = settings_from_args(args, GateError)
+        args = build_parser().parse_args(argv)
+        settings = settings_from_args(args)
         baseline, candidate = load_run(args.baseline), load_run(args.candidate)
         report = evaluate(baseline, candidate, settings)
     except SystemExit as done:  # --help

@@ -7,22 +7,19 @@ import math
 
 import pandas as pd
 
-from harness.gate import GateReport, GateSettings
 from harness.gate_power import NOT_GATED_POINTS
+from harness.gate_report import GateError, GateReport, GateSettings
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage, so every bad input ends in one line."""
 
-    error_class: type[Exception] = ValueError
-
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise self.error_class(message)
+        raise GateError(message)
 
 
-def build_parser(error_class: type[Exception]) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="run_eval.py gate", description="Fail when a candidate run regresses against a baseline run.")
-    p.error_class = error_class
     d = GateSettings
     p.add_argument("--baseline", required=True, help="baseline run folder or results JSON")
     p.add_argument("--candidate", required=True, help="candidate run folder or results JSON")
@@ -45,22 +42,22 @@ def build_parser(error_class: type[Exception]) -> argparse.ArgumentParser:
     return p
 
 
-def settings_from_args(args: argparse.Namespace, error_class: type[Exception]) -> GateSettings:
+def settings_from_args(args: argparse.Namespace) -> GateSettings:
     if not (args.max_accuracy_drop >= 0):
-        raise error_class(f"--max-accuracy-drop must be 0 or more points, got {args.max_accuracy_drop}")
+        raise GateError(f"--max-accuracy-drop must be 0 or more points, got {args.max_accuracy_drop}")
     if not (0 <= args.max_tps_drop <= 1):
-        raise error_class(f"--max-tps-drop must be a fraction between 0 and 1, got {args.max_tps_drop}")
+        raise GateError(f"--max-tps-drop must be a fraction between 0 and 1, got {args.max_tps_drop}")
     if not (0 < args.alpha < 1):
-        raise error_class(f"--alpha must be between 0 and 1, got {args.alpha}")
+        raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
     if args.max_changed_outputs is not None and args.max_changed_outputs < 0:
-        raise error_class(f"--max-changed-outputs must be 0 or more, got {args.max_changed_outputs}")
+        raise GateError(f"--max-changed-outputs must be 0 or more, got {args.max_changed_outputs}")
     if not (args.max_forwards_increase >= 0):
-        raise error_class(f"--max-forwards-increase must be 0 or more, got {args.max_forwards_increase}")
+        raise GateError(f"--max-forwards-increase must be 0 or more, got {args.max_forwards_increase}")
     tasks = None
     if args.tasks:
         tasks = tuple(t for item in args.tasks for t in item.split(",") if t.strip())
         if not tasks:
-            raise error_class("--tasks names no task")
+            raise GateError("--tasks names no task")
     return GateSettings(args.max_accuracy_drop, args.max_tps_drop, args.alpha, tasks, args.max_changed_outputs,
                         args.max_forwards_increase, args.allow_underpowered, args.allow_decoding_change)
 

@@ -25,13 +25,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from harness.compare import Run, RunLoadError, load_run, load_samples
+from harness.files import write_json_atomic
 from harness.manifest import hardware
+from harness.run_folder import RESULTS_NAME, Run, RunLoadError, load_run
 
 if TYPE_CHECKING:
     import torch
 
-    from models.base import ModelAdapter
+    from models.base import ModelAdapter, ModelConfig
 
 SPEED_FILE = "gate_speed.json"
 FORMAT = "gate-speed-1"
@@ -131,8 +132,8 @@ def timed_on(device: "torch.device", clock: Callable[[], float], call: Callable[
     return result, clock() - start
 
 
-def measure(adapter: "ModelAdapter", config: Any, prompts: Sequence[str], stored_ids: Sequence[Sequence[int]],
-            canvas: int, passes: int, model: str, task: str) -> SpeedMeasure:
+def measure(adapter: "ModelAdapter", config: "ModelConfig", prompts: Sequence[str],
+            stored_ids: Sequence[Sequence[int]], canvas: int, passes: int, model: str, task: str) -> SpeedMeasure:
     """Warm-up pass, then ``passes`` timed passes; in each, a reference chunk before every prompt and after the last."""
     from models.base import GenerationRequest
 
@@ -164,9 +165,7 @@ AdapterFactory = Callable[[dict[str, Any], "torch.device"], "ModelAdapter"]
 def load_for_result(result: dict[str, Any], device: "torch.device") -> "ModelAdapter":
     """The adapter a result was made with: its registry name and its weights' dtype."""
     from models.loading import parse_dtype
-    from models.registry import load_adapter, spec_for
-
-    from models.registry import model_names
+    from models.registry import load_adapter, model_names, spec_for
 
     name = result["model"]
     if not name.startswith("hf:") and name not in model_names():
@@ -174,6 +173,25 @@ def load_for_result(result: dict[str, Any], device: "torch.device") -> "ModelAda
                          f"model by its registry name")
     dtype = parse_dtype(str(result["manifest"].get("model", {}).get("dtype", "auto")), device)
     return load_adapter(spec_for(name), device, dtype)
+
+
+def config_for_result(adapter: "ModelAdapter", result: dict[str, Any]) -> "ModelConfig":
+    """The config a result was decoded with: its recorded options on the model's config at the recorded canvas;
+    a record this code cannot rebuild exactly (an option renamed or added since) is a SpeedError."""
+    from models.options import leaves, record
+
+    decoding = result["manifest"].get("decoding") or {}
+    canvas = int(result["manifest"]["canvas_tokens"])
+    settable = {name for name, leaf in leaves(adapter.default_config()).items() if leaf.settable}
+    config = adapter.make_config({k: v for k, v in decoding.items() if k in settable}, canvas)
+    rebuilt = json.loads(json.dumps(record(config), default=str))
+    differing = sorted(k for k in set(decoding) | set(rebuilt) if decoding.get(k) != rebuilt.get(k))
+    if differing:
+        k = differing[0]
+        raise SpeedError(f"{result['model']} · {result['task']}: the recorded decoding cannot be rebuilt by this code "
+                         f"({', '.join(differing)} differ(s); {k}: recorded {decoding.get(k)!r}, rebuilt "
+                         f"{rebuilt.get(k)!r}); re-time it with the code that made the run")
+    return config
 
 
 def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory = load_for_result) -> dict[str, Any]:
@@ -190,13 +208,13 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
     try:
         measures = []
         for result in chosen:
-            records = load_samples(run, result["model"], result["task"])
+            records = run.samples(result["model"], result["task"])
             if not records:
                 raise SpeedError(f"{run.root} has no sample records for {result['model']} · {result['task']} "
                                  f"(gate-speed needs a run folder with samples/)")
             records = records[: settings.samples]
             adapter = make_adapter(result, device)
-            config = adapter.make_config(result["manifest"]["decoding"])
+            config = config_for_result(adapter, result)
             measures.append(measure(adapter, config, [r["prompt"] for r in records],
                                     [r.get("token_ids", []) for r in records], int(result["manifest"]["canvas_tokens"]),
                                     settings.passes, result["model"], result["task"]))
@@ -260,7 +278,7 @@ def main_gate_speed(argv: list[str]) -> int:
             if value < 1:
                 raise SpeedError(f"{flag} must be at least 1, got {value}")
         run = load_run(args.run)
-        if not run.results_path.name == "results.json":
+        if run.results_path.name != RESULTS_NAME:
             raise SpeedError(f"{args.run} is a bare results file; gate-speed needs the run folder (with samples/)")
         settings = SpeedSettings(args.passes, args.samples, args.threads, args.device, _names(args.models),
                                  _names(args.tasks))
@@ -274,7 +292,7 @@ def main_gate_speed(argv: list[str]) -> int:
         print(f"gate-speed: error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
               file=sys.stderr)
         return 2
-    (run.root / SPEED_FILE).write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    write_json_atomic(run.root / SPEED_FILE, payload)
     for r in payload["results"]:
         spread = [v / r["median_normalized"] - 1 for v in r["normalized"]]
         print(f"{r['model']} · {r['task']}: {r['median_tokens_per_second']:.2f} tok/s (median of {len(spread)}), "

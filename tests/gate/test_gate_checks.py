@@ -193,3 +193,21 @@ def test_gate_speed_bad_input_exits_2_with_one_line(tmp_path, rf, capsys, case):
     out, err = capsys.readouterr()
     assert code == NOT_COMPARABLE and out == "" and len(err.strip().splitlines()) == 1 and "gate-speed: error" in err
     assert not (run / SPEED_FILE).exists()
+
+
+def test_gate_speed_rebuilds_the_recorded_config_and_refuses_one_it_cannot():
+    """The manifest's flat decoding record (nested Fast-dLLM config, canvas, run seed) back into the same config."""
+    import torch
+
+    from harness.gate_speed import SpeedError, config_for_result
+    from models.options import record
+    from models.registry import load_adapter, spec_for
+
+    adapter = load_adapter(spec_for("tiny-llada-fastdllm"), torch.device("cpu"), torch.float32)
+    made = adapter.make_config({"threshold": 0.7, "seed": 7}, 32)
+    decoding = json.loads(json.dumps(record(made), default=str))
+    result = {"model": "tiny-llada-fastdllm", "task": "gsm8k", "manifest": {"decoding": decoding, "canvas_tokens": 32}}
+    assert config_for_result(adapter, result) == made
+    result["manifest"]["decoding"] = {**decoding, "renamed_option": 1}
+    with pytest.raises(SpeedError, match="renamed_option"):
+        config_for_result(adapter, result)

@@ -63,14 +63,15 @@ def test_threshold_change_fails_on_drift(baseline, tmp_path, capsys):
 
 
 def test_code_regression_under_the_same_configuration_fails_on_drift(baseline, tmp_path, capsys, monkeypatch):
-    import models.refusion as refusion
+    from models.adapters.refusion import RefusionAdapter
+    from models.decoders.refusion import REFUSION
 
-    original = refusion.refusion_config
+    def lowered(network, input_ids, attention_mask, config):
+        """A "refactor" that drops the thresholds; the manifest cannot tell."""
+        config = dataclasses.replace(config, token_threshold=0.0, slot_threshold=0.0)
+        return REFUSION.generate(network, input_ids, attention_mask, config)
 
-    def lowered(options, canvas, **ids):  # a "refactor" that drops the thresholds; the manifest cannot tell
-        return original(dataclasses.replace(options, token_threshold=0.0, slot_threshold=0.0), canvas, **ids)
-
-    monkeypatch.setattr(refusion, "refusion_config", lowered)
+    monkeypatch.setattr(RefusionAdapter, "decoder", dataclasses.replace(REFUSION, generate=lowered))
     planted = tiny_run(tmp_path / "planted")
     monkeypatch.undo()
     code, out, _ = gate(capsys, baseline, planted, *RECIPE, "--max-tps-drop", "1")
