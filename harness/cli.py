@@ -1,5 +1,6 @@
 """Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``,
-``run_eval.py sweep ...`` (runs, then writes its frontier: this is the one module that both runs and reports).
+``run_eval.py gate-speed RUN``, ``run_eval.py sweep ...`` (runs, then writes its frontier: this is the one module that
+both runs and reports).
 
 Every mistake a user can make on the command line ends in one line on stderr and exit status 2.
 """
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="run_eval.py",
         description="Evaluate diffusion and autoregressive language models side by side: accuracy and speed.",
         epilog="Subcommands: `run_eval.py report RUN [RUN ...]`, `run_eval.py gate --baseline B --candidate C` and "
-               "`run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
+               "`run_eval.py gate-speed RUN` and `run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
     p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
@@ -247,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.gate import main_gate
 
         return main_gate(argv[1:])
+    if argv[:1] == ["gate-speed"]:
+        quiet_libraries()
+        from harness.gate_speed import main_gate_speed
+
+        return main_gate_speed(argv[1:])
     try:
         if argv[:1] == ["sweep"]:  # the run's options plus grids: the run's error handling
             return sweep_main(argv[1:])

@@ -7,72 +7,30 @@ Accuracy, for each (model, task) of the baseline:
   * otherwise an unpaired test on the summaries: Fisher's exact test on the 2x2 table of right/wrong counts for 0/1
     metrics (recognised by their stderr being sqrt(p(1-p)/(n-1))), a Welch z-test on mean ± stderr for others.
   The p-values are Holm-corrected across every (model, task) compared. A regression is a drop larger than the
-  tolerance (in points) that is also significant at the chosen level.
-Speed: a regression is a tokens/s drop larger than the tolerated fraction (no test: speed is measured, not sampled).
+  tolerance (in points) that is also significant at the chosen level. Before anything is judged, the gate checks
+  that the tolerance is detectable at each task's sample count (harness/gate_power.py) and refuses it otherwise.
+Output drift (harness/gate_drift.py): samples whose generated token ids changed; more than ``--max-changed-outputs``
+  is a regression. Forwards per token over the paired samples is deterministic and gated exactly by default.
+Speed: a regression is a drop of tokens/s larger than the tolerated fraction: of the re-timed, reference-normalised
+  median (harness/gate_speed.py) when both runs carry ``gate_speed.json``, else of the run's own tokens/s (noisy).
 
-Exit status: 0 pass, 1 regression, 2 not comparable or bad input (one line on stderr).
+Exit status: 0 pass, 1 regression, 2 not comparable, underpowered or bad input (one line on stderr).
 """
 
 from __future__ import annotations
 
-import argparse
-import math
 import sys
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import pandas as pd
-
 from harness.compare import describe_value, field_differences
+from harness.gate_drift import forwards_per_token, output_drift, shared_docs
+from harness.gate_power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
+from harness.gate_report import (NOT_COMPARABLE, PASS, REGRESSION, GateError, GateReport, GateRow, GateSettings,
+                                 Speed)
+from harness.gate_speed import read_speed, speed_entry
 from harness.run_folder import Run, RunLoadError, load_run
 from harness.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
 from harness.stats import holm_adjust
-
-PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 2
-
-
-class GateError(ValueError):
-    """The runs cannot be compared, or the input is bad; the message is one line for the user."""
-
-
-@dataclass(frozen=True)
-class GateSettings:
-    max_accuracy_drop: float = 1.0  # percentage points
-    max_tps_drop: float = 0.10  # fraction of the baseline's tokens/s
-    alpha: float = 0.05
-    tasks: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class GateRow:
-    model: str
-    task: str
-    metric: str
-    accuracy: AccuracyTest
-    p_holm: float
-    baseline_tps: float | None
-    candidate_tps: float | None
-    accuracy_regression: bool
-    speed_regression: bool
-
-    @property
-    def tps_change(self) -> float | None:
-        """Relative change of tokens/s (-0.2 is 20% slower), None where either side has no speed figure."""
-        if not self.baseline_tps or self.candidate_tps is None:
-            return None
-        return self.candidate_tps / self.baseline_tps - 1.0
-
-
-@dataclass(frozen=True)
-class GateReport:
-    settings: GateSettings
-    rows: tuple[GateRow, ...]
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def failed(self) -> bool:
-        return any(r.accuracy_regression or r.speed_regression for r in self.rows)
-
 
 # --- comparing two runs ---------------------------------------------------------------------------------------------
 
@@ -95,26 +53,36 @@ def _entries(baseline: Run, candidate: Run, tasks: tuple[str, ...] | None) -> li
     return pairs
 
 
-def check_comparable(base: dict[str, Any], cand: dict[str, Any]) -> None:
-    """Raise GateError when the scoring-relevant manifest fields or the primary metric differ."""
+def check_comparable(base: dict[str, Any], cand: dict[str, Any], allow_decoding_change: bool = False) -> list[str]:
+    """Raise GateError when the scoring-relevant manifest fields or the primary metric differ; a decoding change
+    that is allowed comes back as a note."""
     where = f"{base['model']} · {base['task']}"
     if base["primary_metric"] != cand["primary_metric"]:
         raise GateError(f"{where}: primary metric differs ({base['primary_metric']} vs {cand['primary_metric']})")
     differing = field_differences(base["manifest"], cand["manifest"])
+    notes = []
+    if allow_decoding_change and "decoding" in differing:
+        differing.remove("decoding")
+        b, c = base["manifest"].get("decoding") or {}, cand["manifest"].get("decoding") or {}
+        changed = [f"{k}={b.get(k)!r}->{c.get(k)!r}" for k in sorted(set(b) | set(c)) if b.get(k) != c.get(k)]
+        notes.append(f"{where}: decoding changed (allowed): {', '.join(changed)}")
     if differing:
         f = differing[0]
         raise GateError(f"not comparable: {where}: {', '.join(differing)} differ(s) "
                         f"({f}: {describe_value(base['manifest'].get(f))} vs "
                         f"{describe_value(cand['manifest'].get(f))})")
+    return notes
 
 
-def accuracy_test(baseline: Run, candidate: Run, base: dict[str, Any], cand: dict[str, Any]) -> AccuracyTest:
+def accuracy_test(base: dict[str, Any], cand: dict[str, Any], base_samples: list[dict] | None,
+                  cand_samples: list[dict] | None) -> AccuracyTest:
     where = f"{base['model']} · {base['task']}"
     metric = base["primary_metric"]
-    base_samples = baseline.samples(base["model"], base["task"])
-    cand_samples = candidate.samples(cand["model"], cand["task"])
     if base_samples and cand_samples:
-        return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
+        try:
+            return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
+        except PairingError as error:
+            raise GateError(str(error)) from None
     b, c = base["metrics"].get(metric), cand["metrics"].get(metric)
     if not b or not c or b.get("value") is None or c.get("value") is None or not b.get("n") or not c.get("n"):
         raise GateError(f"{where}: no value for {metric} on one side")
@@ -124,11 +92,67 @@ def accuracy_test(baseline: Run, candidate: Run, base: dict[str, Any], cand: dic
     return unpaired_test(b, c)
 
 
+def power_of(test: AccuracyTest, alpha: float, m: int) -> Power:
+    if test.test.startswith("McNemar"):
+        return paired_power(test.n_baseline, alpha, m)
+    if test.test.startswith("Fisher"):
+        return unpaired_power(test.n_baseline, test.n_candidate, alpha, m)
+    return no_power(test.n_candidate, alpha, m)
+
+
+def check_power(where: str, power: Power, settings: GateSettings) -> None:
+    """Refuse a tolerance that no drop in these samples could show to be significant (unless allowed)."""
+    if settings.allow_underpowered or power.detects(settings.max_accuracy_drop):
+        return
+    needed = items_needed(power, settings.max_accuracy_drop)
+    unit = "paired items" if power.test == "mcnemar" else "items per side"
+    smallest = ("no drop of at most n items is significant" if power.min_items is None
+                else f"the smallest significant drop is {power.min_items} items, {power.min_drop_points:.1f} points")
+    need = (f"it needs n >= {needed}" if needed is not None else "no n can detect it (raise --max-accuracy-drop)")
+    family = round(settings.alpha / power.threshold)
+    raise GateError(f"underpowered: {where}: {power.n} {unit} cannot detect a drop of "
+                    f"{settings.max_accuracy_drop:g} points at alpha {settings.alpha:g} (Holm over {family}: "
+                    f"{smallest}); {need}, or pass --allow-underpowered, or --max-accuracy-drop "
+                    f"{NOT_GATED_POINTS:g} to not gate accuracy")
+
+
+def compared_speed(base: dict, cand: dict, base_timed: dict | None, cand_timed: dict | None) -> Speed:
+    """Re-timed figures when both sides have them for this (model, task), else the runs' own tokens/s."""
+    if base_timed and cand_timed and all(base_timed.get(k) == cand_timed.get(k) for k in ("samples", "clock")):
+        b, c = base_timed["median_normalized"], cand_timed["median_normalized"]
+        return Speed("re-timed", base_timed["median_tokens_per_second"], cand_timed["median_tokens_per_second"],
+                     c / b - 1.0 if b else None)
+    b, c = base["speed"].get("tokens_per_second"), cand["speed"].get("tokens_per_second")
+    return Speed("run", b, c, c / b - 1.0 if b and c is not None else None)
+
+
+HARDWARE_KEYS = ("cpu_model", "accelerator", "device_name")
+
+
+def hardware_warnings(env_b: dict[str, Any], env_c: dict[str, Any], what: str) -> list[str]:
+    """One warning when baseline and candidate ran on different hardware, or when one side did not record it (keys
+    missing on both sides are ignored: manifests written before the CPU model was recorded)."""
+    differing = [k for k in HARDWARE_KEYS if (k in env_b or k in env_c) and env_b.get(k) != env_c.get(k)]
+    if not differing:
+        return []
+
+    def show(env: dict[str, Any], key: str) -> str:
+        return repr(env[key]) if key in env else "not recorded"
+
+    shown = "; ".join(f"{k} {show(env_b, k)} vs {show(env_c, k)}" for k in differing)
+    return [f"WARNING: baseline and candidate ({what}) ran on different hardware ({shown}): "
+            f"speed is not comparable"]
+
+
 def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]]) -> list[str]:
     """Settings that make tokens/s differ for reasons other than the code: hardware, dtype, batch size."""
-    notes = []
+    notes = hardware_warnings(baseline.manifest.get("environment", {}), candidate.manifest.get("environment", {}),
+                              "the runs")
+    timed_b, timed_c = read_speed(baseline), read_speed(candidate)
+    if timed_b and timed_c:
+        notes += hardware_warnings(timed_b.get("environment", {}), timed_c.get("environment", {}), "the re-timings")
     env_b, env_c = baseline.manifest.get("environment", {}), candidate.manifest.get("environment", {})
-    for key in ("device_name", "device_count", "torch"):
+    for key in ("device_count", "torch"):
         if env_b.get(key) != env_c.get(key):
             notes.append(f"tokens/s compared across different {key}: {env_b.get(key)} vs {env_c.get(key)}")
     for base, cand in pairs:
@@ -140,23 +164,42 @@ def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]
 
 
 def evaluate(baseline: Run, candidate: Run, settings: GateSettings) -> GateReport:
-    """Compare every baseline (model, task) with the candidate's; raises GateError when they are not comparable."""
+    """Compare every baseline (model, task) with the candidate's; raises GateError when they are not comparable
+    or the accuracy tolerance is undetectable."""
     pairs = _entries(baseline, candidate, settings.tasks)
-    for base, cand in pairs:
-        check_comparable(base, cand)
-    tests = [accuracy_test(baseline, candidate, base, cand) for base, cand in pairs]
+    notes = [n for base, cand in pairs for n in check_comparable(base, cand, settings.allow_decoding_change)]
+    samples = [(baseline.samples(b["model"], b["task"]), candidate.samples(c["model"], c["task"]))
+               for b, c in pairs]
+    tests = [accuracy_test(base, cand, *recs) for (base, cand), recs in zip(pairs, samples)]
+    powers = [power_of(t, settings.alpha, len(tests)) for t in tests]
+    for (base, _), power in zip(pairs, powers):
+        check_power(f"{base['model']} · {base['task']}", power, settings)
     adjusted = holm_adjust([t.p_value for t in tests])
+    timed_b, timed_c = read_speed(baseline), read_speed(candidate)
     rows = []
-    for (base, cand), test, p_holm in zip(pairs, tests, adjusted):
-        b_tps, c_tps = base["speed"].get("tokens_per_second"), cand["speed"].get("tokens_per_second")
-        speed_drop = bool(b_tps and c_tps is not None and c_tps < b_tps * (1 - settings.max_tps_drop))
+    for (base, cand), (b_recs, c_recs), test, p_holm, power in zip(pairs, samples, tests, adjusted, powers):
+        drift, b_fpt, c_fpt = None, None, None
+        if b_recs and c_recs:
+            drift = output_drift(b_recs, c_recs, base["manifest"].get("decoding") or {})
+            docs = shared_docs(b_recs, c_recs)
+            b_fpt, c_fpt = forwards_per_token(b_recs, docs), forwards_per_token(c_recs, docs)
+        speed = compared_speed(base, cand, speed_entry(timed_b, base["model"], base["task"]),
+                               speed_entry(timed_c, cand["model"], cand["task"]))
         rows.append(GateRow(
             model=base["model"], task=base["task"], metric=base["primary_metric"], accuracy=test, p_holm=p_holm,
-            baseline_tps=b_tps, candidate_tps=c_tps,
-            accuracy_regression=-test.delta_points > settings.max_accuracy_drop and p_holm < settings.alpha,
-            speed_regression=speed_drop,
+            power=power, drift=drift, baseline_fpt=b_fpt, candidate_fpt=c_fpt, speed=speed,
+            accuracy_regression=(settings.max_accuracy_drop < NOT_GATED_POINTS
+                                 and -test.delta_points > settings.max_accuracy_drop and p_holm < settings.alpha),
+            drift_regression=(drift is not None and settings.max_changed_outputs is not None
+                              and drift.changed > settings.max_changed_outputs),
+            forwards_regression=bool(b_fpt and c_fpt is not None
+                                     and c_fpt > b_fpt * (1 + settings.max_forwards_increase) + 1e-9),
+            speed_regression=speed.change is not None and speed.change < -settings.max_tps_drop,
         ))
-    notes = speed_notes(baseline, candidate, pairs)
+    notes += speed_notes(baseline, candidate, pairs)
+    if any(r.speed.source == "run" for r in rows) and settings.max_tps_drop < 1:
+        notes.append("tokens/s from the runs themselves (one timed pass each, noisy on a shared machine); "
+                      "run `run_eval.py gate-speed RUN` on both runs for the re-timed, normalised figure")
     gated = {(b["model"], b["task"]) for b, _ in pairs}
     extra = sorted(f"{r['model']} · {r['task']}" for r in candidate.results
                    if (r["model"], r["task"]) not in gated and (settings.tasks is None or r["task"] in settings.tasks))
@@ -165,89 +208,10 @@ def evaluate(baseline: Run, candidate: Run, settings: GateSettings) -> GateRepor
     return GateReport(settings, tuple(rows), tuple(notes))
 
 
-# --- output ---------------------------------------------------------------------------------------------------------
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def report_frame(report: GateReport) -> pd.DataFrame:
-    rows = []
-    for r in report.rows:
-        t = r.accuracy
-        verdict = [name for name, flag in (("ACCURACY", r.accuracy_regression), ("SPEED", r.speed_regression)) if flag]
-        rows.append({
-            "model": r.model,
-            "task": r.task,
-            "n": t.n_baseline if t.n_baseline == t.n_candidate else f"{t.n_baseline}/{t.n_candidate}",
-            "base %": _fmt(100 * t.baseline, ".2f"),
-            "cand %": _fmt(100 * t.candidate, ".2f"),
-            "Δ pts": _fmt(t.delta_points, "+.2f"),
-            "r→w/w→r": "-" if t.right_to_wrong is None else f"{t.right_to_wrong}/{t.wrong_to_right}",
-            "test": t.test,
-            "p": _fmt(t.p_value, ".3g"),
-            "p Holm": _fmt(r.p_holm, ".3g"),
-            "base tok/s": _fmt(r.baseline_tps, ".2f"),
-            "cand tok/s": _fmt(r.candidate_tps, ".2f"),
-            "Δ tok/s": "-" if r.tps_change is None else f"{100 * r.tps_change:+.1f}%",
-            "verdict": " + ".join(verdict) or "ok",
-        })
-    return pd.DataFrame(rows)
-
-
-def format_report(report: GateReport) -> str:
-    s = report.settings
-    lines = [report_frame(report).to_string(index=False)]
-    lines += [f"note: {n}" for n in report.notes]
-    acc = sum(r.accuracy_regression for r in report.rows)
-    speed = sum(r.speed_regression for r in report.rows)
-    rule = (f"accuracy drop > {s.max_accuracy_drop:g} pts and Holm p < {s.alpha:g}; "
-            f"tokens/s drop > {100 * s.max_tps_drop:g}%")
-    if report.failed:
-        lines.append(f"gate: FAIL: {acc} accuracy and {speed} speed regression(s) ({rule})")
-    else:
-        lines.append(f"gate: PASS: {len(report.rows)} comparison(s), no regression ({rule})")
-    return "\n".join(lines)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every bad input ends in one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise GateError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_eval.py gate", description="Fail when a candidate run regresses against a baseline run.")
-    p.add_argument("--baseline", required=True, help="baseline run folder or results JSON")
-    p.add_argument("--candidate", required=True, help="candidate run folder or results JSON")
-    p.add_argument("--max-accuracy-drop", type=float, default=GateSettings.max_accuracy_drop, metavar="POINTS",
-                   help="tolerated accuracy drop in percentage points (default %(default)s)")
-    p.add_argument("--max-tps-drop", type=float, default=GateSettings.max_tps_drop, metavar="FRACTION",
-                   help="tolerated tokens/s drop as a fraction of the baseline (default %(default)s; 1 disables)")
-    p.add_argument("--alpha", type=float, default=GateSettings.alpha,
-                   help="significance level, Holm-corrected across tasks (default %(default)s)")
-    p.add_argument("--tasks", nargs="+", help="only these tasks (space- or comma-separated)")
-    return p
-
-
-def settings_from_args(args: argparse.Namespace) -> GateSettings:
-    if not (args.max_accuracy_drop >= 0):
-        raise GateError(f"--max-accuracy-drop must be 0 or more points, got {args.max_accuracy_drop}")
-    if not (0 <= args.max_tps_drop <= 1):
-        raise GateError(f"--max-tps-drop must be a fraction between 0 and 1, got {args.max_tps_drop}")
-    if not (0 < args.alpha < 1):
-        raise GateError(f"--alpha must be between 0 and 1, got {args.alpha}")
-    tasks = None
-    if args.tasks:
-        tasks = tuple(t for item in args.tasks for t in item.split(",") if t.strip())
-        if not tasks:
-            raise GateError("--tasks names no task")
-    return GateSettings(args.max_accuracy_drop, args.max_tps_drop, args.alpha, tasks)
-
-
 def main_gate(argv: list[str]) -> int:
     """``run_eval.py gate --baseline B --candidate C ...``: print the table, exit 0 pass / 1 regression / 2 bad."""
+    from harness.gate_output import build_parser, format_report, settings_from_args
+
     try:
         args = build_parser().parse_args(argv)
         settings = settings_from_args(args)
@@ -255,7 +219,7 @@ def main_gate(argv: list[str]) -> int:
         report = evaluate(baseline, candidate, settings)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    except (GateError, PairingError, RunLoadError) as error:
+    except (GateError, RunLoadError) as error:
         print(f"gate: error: {error}", file=sys.stderr)
         return NOT_COMPARABLE
     print(format_report(report))

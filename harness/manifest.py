@@ -31,6 +31,26 @@ def git_commit(root: Path) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's marketing name (Linux's cpuinfo "model name"), else what platform knows (often just x86_64)."""
+    try:
+        for line in cpuinfo.read_text(encoding="utf-8", errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() in ("model name", "Hardware", "Processor") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def hardware(device: "torch.device") -> dict[str, Any]:
+    """What speed depends on: the CPU model always, and the accelerator's name (None on a CPU run)."""
+    import torch
+
+    accelerator = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"cpu_model": cpu_model(), "accelerator": accelerator}
+
+
 def environment(device: "torch.device") -> dict[str, Any]:
     import torch
 
@@ -49,4 +69,5 @@ def environment(device: "torch.device") -> dict[str, Any]:
         "device": str(device),
         "device_name": device_name,
         "device_count": device_count,
+        **hardware(device),
     }

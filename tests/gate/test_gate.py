@@ -40,7 +40,7 @@ def gate(capsys, *argv: str) -> tuple[int, str, str]:
 def test_real_accuracy_drop_fails(tmp_path, rf, capsys):
     base_scores = [1.0] * 160 + [0.0] * 40  # 80%
     base, cand = runs(tmp_path, rf, base_scores, flip(base_scores, 30))  # 65%: 30 right->wrong, 0 back
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand))
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-accuracy-drop", "5")
     assert code == REGRESSION
     assert "ACCURACY" in out and "McNemar" in out and "30/0" in out and "gate: FAIL" in out
 
@@ -48,7 +48,7 @@ def test_real_accuracy_drop_fails(tmp_path, rf, capsys):
 def test_same_size_drop_on_few_samples_is_noise(tmp_path, rf, capsys):
     base_scores = [1.0] * 16 + [0.0] * 4  # 80% of 20
     base, cand = runs(tmp_path, rf, base_scores, flip(base_scores, 3))  # 65%: the same 15-point drop
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand))
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--allow-underpowered")
     assert code == PASS, out
     assert "-15.00" in out and "gate: PASS" in out
 
@@ -56,11 +56,12 @@ def test_same_size_drop_on_few_samples_is_noise(tmp_path, rf, capsys):
 def test_unpaired_comparison_without_sample_records(tmp_path, rf, capsys):
     base_scores = [1.0] * 160 + [0.0] * 40
     base, cand = runs(tmp_path, rf, base_scores, flip(base_scores, 30), with_samples=False)
-    code, out, _ = gate(capsys, "--baseline", str(base / "results.json"), "--candidate", str(cand / "results.json"))
+    code, out, _ = gate(capsys, "--baseline", str(base / "results.json"), "--candidate", str(cand / "results.json"),
+                        "--max-accuracy-drop", "5")
     assert code == REGRESSION and "Fisher exact (unpaired)" in out
     few = [1.0] * 16 + [0.0] * 4
     base, cand = runs(tmp_path / "few", rf, few, flip(few, 3), with_samples=False)
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand))
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--allow-underpowered")
     assert code == PASS and "Fisher" in out
 
 
@@ -68,11 +69,15 @@ def test_holm_correction_across_tasks(tmp_path, rf, capsys):
     base_scores = [1.0] * 40 + [0.0] * 10
     cand_scores = flip(base_scores, 7)  # 7 discordant, all right->wrong: exact p = 2 * 0.5**7 = 0.0156
     base, cand = runs(tmp_path / "one", rf, base_scores, cand_scores)
-    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand))[0] == REGRESSION
+    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-accuracy-drop", "10")[0] == REGRESSION
     # The same drop on four tasks: Holm multiplies the smallest p by 4 (0.0625), so nothing is significant.
     tasks = ("gsm8k", "mbpp", "math", "arc_challenge")
     base, cand = runs(tmp_path / "four", rf, base_scores, cand_scores, tasks=tasks)
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand))
+    # ... which the power check says beforehand: under Holm over 4 a drop needs 8 items (p < 0.0125), 50 items
+    # at a 10-point tolerance give 6.
+    code, _, err = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-accuracy-drop", "10")
+    assert code == NOT_COMPARABLE and "underpowered" in err and "8 items" in err
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--allow-underpowered")
     assert code == PASS, out
     assert out.count("0.0156") == 4 and out.count("0.0625") == 4
 
@@ -87,15 +92,17 @@ def test_tolerance_allows_a_significant_small_drop(tmp_path, rf, capsys):
 def test_improvement_is_not_a_regression(tmp_path, rf, capsys):
     base_scores = [1.0] * 100 + [0.0] * 100
     base, cand = runs(tmp_path, rf, base_scores, flip(base_scores, 60, value_from=0.0))
-    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand))[0] == PASS
+    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-accuracy-drop", "5")[0] == PASS
 
 
 def test_throughput_drop_beyond_tolerance_fails(tmp_path, rf, capsys):
     scores = [1.0] * 10 + [0.0] * 10
     base, cand = runs(tmp_path, rf, scores, scores, base_tps=100.0, cand_tps=70.0)
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-tps-drop", "0.2")
-    assert code == REGRESSION and "SPEED" in out and "-30.0%" in out
-    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-tps-drop", "0.35")
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-tps-drop", "0.2",
+                        "--max-accuracy-drop", "100")
+    assert code == REGRESSION and "SPEED" in out and "-30.0% (run)" in out
+    code, out, _ = gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--max-tps-drop", "0.35",
+                        "--max-accuracy-drop", "100")
     assert code == PASS
 
 
@@ -114,7 +121,8 @@ def test_missing_task_in_candidate_is_not_comparable(tmp_path, rf, capsys):
     cand = rf.write_run(tmp_path / "c", [rf.Entry("m", "gsm8k", rf.samples(scores))])
     code, _, err = gate(capsys, "--baseline", str(base), "--candidate", str(cand))
     assert code == NOT_COMPARABLE and "mbpp" in err and len(err.strip().splitlines()) == 1
-    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--tasks", "gsm8k")[0] == PASS
+    assert gate(capsys, "--baseline", str(base), "--candidate", str(cand), "--tasks", "gsm8k",
+                "--allow-underpowered")[0] == PASS
 
 
 @pytest.mark.parametrize("make_bad", ["missing", "folder", "not_json", "not_results"])
@@ -133,7 +141,8 @@ def test_bad_paths_exit_2_with_one_line(tmp_path, rf, capsys, make_bad):
 
 
 @pytest.mark.parametrize("argv", [["--alpha", "2"], ["--max-tps-drop", "1.5"], ["--max-accuracy-drop", "-1"],
-                                  ["--alpha", "x"], ["--bogus"]])
+                                  ["--alpha", "x"], ["--bogus"], ["--max-changed-outputs", "-1"],
+                                  ["--max-forwards-increase", "-0.1"]])
 def test_bad_options_exit_2_with_one_line(tmp_path, rf, capsys, argv):
     run = rf.write_run(tmp_path / "r", [rf.Entry("m", "gsm8k", rf.samples([1.0, 0.0]))])
     code, out, err = gate(capsys, "--baseline", str(run), "--candidate", str(run), *argv)

@@ -1,0 +1,82 @@
+"""Output drift: which samples' generated token ids changed between baseline and candidate.
+
+With deterministic decoding on the same settings, a code change that keeps outputs keeps every token id; one that
+changes any is visible here long before accuracy moves (and on tiny random models, whose accuracy never moves).
+Forwards per token, the other deterministic figure, is computed here over the same paired samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+EXAMPLES = 3  # changed samples listed by doc id and first differing position
+
+
+@dataclass(frozen=True)
+class Change:
+    doc_id: str
+    position: int  # first index where the ids differ (the shorter length when one is a prefix of the other)
+    baseline_length: int
+    candidate_length: int
+
+
+@dataclass(frozen=True)
+class Drift:
+    compared: int  # samples both sides have, with token ids
+    changed: int
+    examples: tuple[Change, ...]
+    deterministic: bool  # the decoding configuration samples nothing, so any change is the code's
+
+    def describe(self) -> str:
+        parts = [f"doc {c.doc_id} at token {c.position} (lengths {c.baseline_length}/{c.candidate_length})"
+                 for c in self.examples]
+        more = self.changed - len(self.examples)
+        return ", ".join(parts) + (f", and {more} more" if more > 0 else "")
+
+
+def is_deterministic(decoding: dict[str, Any]) -> bool:
+    """Greedy AR (``do_sample`` off) or a diffusion decoder at temperature 0 (LLaDA, Dream, ReFusion, Fast-dLLM)."""
+    if "do_sample" in decoding:
+        return not decoding["do_sample"]
+    temperature = decoding.get("temperature")
+    alg_temp = decoding.get("alg_temp")
+    return (temperature is None or float(temperature) == 0.0) and (alg_temp is None or float(alg_temp) == 0.0)
+
+
+def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two id sequences differ, or None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _by_doc(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(r["doc_id"]): r for r in records}
+
+
+def output_drift(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]], decoding: dict[str, Any]) -> Drift:
+    """Compare token ids per doc id, in baseline order; samples without ``token_ids`` on either side are skipped."""
+    b, c = _by_doc(base), _by_doc(cand)
+    compared, changes = 0, []
+    for doc, record in b.items():
+        other = c.get(doc)
+        if other is None or "token_ids" not in record or "token_ids" not in other:
+            continue
+        compared += 1
+        position = first_difference(record["token_ids"], other["token_ids"])
+        if position is not None:
+            changes.append(Change(doc, position, len(record["token_ids"]), len(other["token_ids"])))
+    return Drift(compared, len(changes), tuple(changes[:EXAMPLES]), is_deterministic(decoding))
+
+
+def forwards_per_token(records: Sequence[dict[str, Any]], docs: set[str] | None = None) -> float | None:
+    """Forwards spent per generated token over the given doc ids (all when None); None without tokens."""
+    chosen = [r for r in records if docs is None or str(r["doc_id"]) in docs]
+    tokens = sum(r.get("gen_tokens", 0) for r in chosen)
+    return sum(float(r.get("nfe", 0.0)) for r in chosen) / tokens if tokens else None
+
+
+def shared_docs(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> set[str]:
+    return set(_by_doc(base)) & set(_by_doc(cand))
