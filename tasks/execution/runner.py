@@ -10,9 +10,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from harness.sandbox.limits import SandboxLimits, encode_request
-from harness.sandbox.result import STATUSES, ExecutionResult, Isolation, SandboxError
-from harness.sandbox.zygote import Zygote
+from tasks.execution.limits import SandboxLimits, encode_request
+from tasks.execution.result import STATUSES, ExecutionResult, Isolation, SandboxError
+from tasks.execution.zygote import Zygote
 
 SETUP_FAILED = "sandbox setup failed: "  # these two must match _supervisor's
 SUPERVISOR_PID = "supervisor pid "

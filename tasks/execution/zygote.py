@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from harness.sandbox.result import SandboxError
+from tasks.execution.result import SandboxError
 
 _ENTRY = Path(__file__).with_name("_child.py")
 
