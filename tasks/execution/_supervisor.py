@@ -22,11 +22,11 @@ import time
 
 import _isolate as iso
 import _seccomp
+from _verdict import STATUSES, classify, exit_outcome, find_token_line
 
 SANDBOX_UID = 65534          # "nobody": owns nothing, so it can change nothing it does not own
 SETUP_FAILED = "sandbox setup failed: "  # stderr prefix: the sandbox could not be built here
 SUPERVISOR_PID = "supervisor pid "        # stderr prefix: where the harness's last-resort kill goes
-STATUSES = ("passed", "failed", "error", "memory")
 _READ_SIZE = 1 << 16
 _EXIT_GRACE_S = 0.5          # after the program exits, how long stray writers may keep pipes open
 # Shared places where other processes leave sockets and files (an ssh agent, a D-Bus session bus,
@@ -273,14 +273,6 @@ class Capture:
         return bytes(self.tail[-self.limit:])
 
 
-def find_token_line(data: bytes, token: bytes) -> bytes | None:
-    """What follows the last occurrence of the token; everything else on that pipe is noise."""
-    at = data.rfind(token + b" ")
-    if at < 0:
-        return None
-    return data[at + len(token) + 1:].split(b"\n", 1)[0]
-
-
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -330,34 +322,6 @@ def supervise(pid: int, out_r: int, res_r: int, wake_r: int, wall_s: float, out_
             elif len(results) < _READ_SIZE:
                 results += chunk
     return wait_status, cpu, timed_out, output.value(), bytes(results)
-
-
-def exit_outcome(wait_status: int | None) -> tuple[int | None, int | None]:
-    """(exit code, killing signal) of the program."""
-    if wait_status is None:
-        return None, None
-    code = os.waitstatus_to_exitcode(wait_status)
-    return (None, -code) if code < 0 else (code, None)
-
-
-def classify(token_status: bytes | None, exit_code: int | None, killed_by: int | None,
-             cpu: float, timed_out: bool, req: dict, tail: bytes) -> str:
-    """Map what the supervisor saw to one status; only the token line can say `passed`."""
-    if token_status is not None and token_status.decode(errors="replace") in STATUSES:
-        status = token_status.decode()
-        if status == "passed" and exit_code != 0:
-            return "error"
-        if status == "passed" and cpu > float(req["cpu_seconds"]):
-            return "timeout"
-        return status
-    if timed_out or killed_by == signal.SIGXCPU:
-        return "timeout"
-    # SIGKILL at the hard CPU limit (budget + 1 s): rusage, sampled on ticks, can read 15% low.
-    if killed_by == signal.SIGKILL and cpu >= 0.8 * int(req["cpu_rlimit"]):
-        return "timeout"
-    if b"MemoryError" in tail:
-        return "memory"
-    return "error"
 
 
 # ---------------------------------------------------------------- entry

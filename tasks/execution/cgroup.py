@@ -5,7 +5,7 @@ bounds a program that forks, nor memfd or tmpfs pages (which are not address spa
 program do: every page the program or any descendant charges (anonymous, memfd, tmpfs, page tables) counts against
 `memory_bytes`, and every process and thread against `max_processes`. The harness makes one directory per batch
 under its own cgroup and one leaf per program in it; the program's process joins its leaf before it runs anything
-(see `_supervisor.join_cgroup`). cgroup v2 is used where its memory and pids controllers are available to us,
+(see `_supervisor.prepare_child`). cgroup v2 is used where its memory and pids controllers are available to us,
 otherwise v1's memory and pids hierarchies; with neither (not root, no delegation) `open_batch` returns None and
 the caller says so once.
 """
@@ -98,7 +98,7 @@ def _write(path: str, value: str) -> None:
 
 
 def _read_counter(path: str, key: str) -> int:
-    """`key N` from a flat-keyed cgroup file (memory.events, memory.oom_control, pids.events); 0 if absent."""
+    """`key N` from a flat-keyed cgroup file (memory.events, memory.oom_control); 0 if absent."""
     try:
         text = Path(path).read_text()
     except OSError:
@@ -126,10 +126,6 @@ class ProgramCgroup:
         """Whether the kernel killed a process of the program for exceeding the memory limit."""
         name = "memory.events" if self.version == 2 else "memory.oom_control"
         return _read_counter(os.path.join(self.dirs[0], name), "oom_kill") > 0
-
-    def processes_exceeded(self) -> bool:
-        """Whether a fork or thread start was refused by the process limit."""
-        return _read_counter(os.path.join(self.dirs[-1], "pids.events"), "max") > 0
 
     def kill_members(self) -> None:
         """Kill what is left (a daemon without a pid namespace, a process not yet reaped)."""

