@@ -1,4 +1,4 @@
-"""What the two code tasks share: the fork's python-fence rule, and scoring programs in the harness sandbox.
+"""What the two code tasks share: the fork's python-fence rule, and scoring programs in the sandbox (tasks/execution).
 
 The ReFusion wrapper replaced every answer that contains a python block by the first block's body. The harness
 applies that rule to the code tasks only (tasks.md, Decisions): on math answers it throws away the reasoning.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from harness.sandbox import ExecutionResult, SandboxLimits, run_programs
+from tasks.execution import ExecutionResult, SandboxLimits, run_programs
 
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)\n```", re.DOTALL)
 

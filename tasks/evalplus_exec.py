@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from evalplus.config import DEFAULT_GT_TIME_LIMIT_FACTOR, DEFAULT_MIN_TIME_LIMIT
-from harness.sandbox import ExecutionResult, SandboxLimits, run_programs
-from harness.sandbox.limits import GiB, MiB
+from tasks.execution import ExecutionResult, SandboxLimits, run_programs
+from tasks.execution.limits import GiB, MiB
 
 CHILD_SOURCE = Path(__file__).with_name("evalplus_child.py").read_text(encoding="utf-8")
 

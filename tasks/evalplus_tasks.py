@@ -62,7 +62,7 @@ class EvalPlusTask(Task):
         """The program to test, extracted from a model's answer as the paper task does; None without code."""
 
     def check_ready(self) -> None:
-        from harness.sandbox import check_canary
+        from tasks.execution import check_canary
 
         check_canary(CANDIDATE_LIMITS)
 

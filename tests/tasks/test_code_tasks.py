@@ -13,7 +13,7 @@ from tasks.records import load_fixtures
 from tasks.humaneval import HumanEval, candidate, reference
 from tasks.mbpp import MBPP
 
-pytest.importorskip("harness.sandbox")
+pytest.importorskip("tasks.execution")
 
 
 def test_fence_rule_takes_the_first_python_block_only():

@@ -6,8 +6,9 @@ Items that cannot pass even with the reference answer, because of how the fork s
 * HumanEval/50: the sanitizer keeps only definitions reachable from the entry point ``decode_shift``; the tests
   also call the prompt's ``encode_shift``, which the sanitized program no longer defines (NameError).
 * MBPP 367: its asserts use a tree ``root`` built by ``test_setup_code``, which the fork does not run (NameError).
-* MBPP 123 (machine-dependent): the reference sums amicable numbers below 10,000 in quadratic time, ~5 s of CPU
-  on this machine against the 3 s limit; it times out here and may pass on a faster one.
+* MBPP 123 passes: the reference sums amicable numbers below 10,000 in quadratic time, 2.1 s of CPU on the
+  development VM against the 3 s budget. CPU time does not grow with load, but the
+  wall clock (8 s) can stop it on a heavily loaded machine, so a ``timeout`` there is tolerated, nothing else.
 
 MATH: math-verify over all 5,000 gold solutions took 65 s on 2 cores, so this test replays a fixed subset, every
 fifth item (1,000, all seven subjects); the full set scored 5,000/5,000 when measured.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 
 from tasks.arc_challenge import ARCChallenge, gold_letter
 from tasks.base import Task
@@ -30,7 +32,7 @@ from tasks.mmlu_pro import MMLUPro
 
 HUMANEVAL_CANNOT_PASS = {"HumanEval/50": "error"}
 MBPP_CANNOT_PASS = {"367": "error"}
-MBPP_TOO_SLOW_HERE = {"123": "timeout"}
+MBPP_WALL_CLOCK_UNDER_LOAD = {"123": "timeout"}
 
 
 def replay(task: Task, data_dir: Path, write_answer, every: int = 1):
@@ -72,6 +74,7 @@ def test_math_gold_solutions_verify(shared_data):
     assert mean(scores, "math_verify,none") >= 0.99
 
 
+@pytest.mark.slow
 def test_humaneval_canonical_solutions_pass_in_the_sandbox(shared_data):
     # After the "```python\n" prefill a model writes the whole function, then closes the fence.
     docs, scores = replay(HumanEval(), shared_data, lambda r: r["prompt"] + r["canonical_solution"] + "\n```")
@@ -80,10 +83,11 @@ def test_humaneval_canonical_solutions_pass_in_the_sandbox(shared_data):
     assert failures == HUMANEVAL_CANNOT_PASS
 
 
+@pytest.mark.slow
 def test_mbpp_reference_solutions_pass_in_the_sandbox(shared_data):
     docs, scores = replay(MBPP(), shared_data, lambda r: f"```python\n{r['code']}\n```")
     assert len(docs) == 500
     failures = {d.id: s.diagnostics["exec_status"] for d, s in zip(docs, scores) if s.scores["pass_at_1,none"] < 1}
-    slow = {k: v for k, v in failures.items() if k in MBPP_TOO_SLOW_HERE}
-    assert slow.items() <= MBPP_TOO_SLOW_HERE.items()
+    slow = {k: v for k, v in failures.items() if k in MBPP_WALL_CLOCK_UNDER_LOAD}
+    assert slow.items() <= MBPP_WALL_CLOCK_UNDER_LOAD.items()
     assert {k: v for k, v in failures.items() if k not in slow} == MBPP_CANNOT_PASS

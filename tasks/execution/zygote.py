@@ -15,10 +15,12 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 from types import TracebackType
 
-from harness.sandbox.result import SandboxError
+from tasks.execution.cgroup import BatchCgroups, open_batch
+from tasks.execution.result import SandboxError
 
 _ENTRY = Path(__file__).with_name("_child.py")
 
@@ -37,6 +39,17 @@ def scrubbed_environment(home: str) -> dict[str, str]:
     """A fresh environment: nothing of the harness's variables (tokens, keys) reaches a program."""
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
             "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+def _batch_cgroups() -> BatchCgroups | None:
+    """This batch's cgroup folder; without one, a warning (shown once per process by Python's filter)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    batch, why = open_batch()
+    if batch is None:
+        warnings.warn(f"code sandbox: {why}; memory and processes are bounded per process only "
+                      "(RLIMIT_AS, RLIMIT_NPROC), see docs/sandbox.md", RuntimeWarning, stacklevel=2)
+    return batch
 
 
 class Zygote:
@@ -65,6 +78,7 @@ class Zygote:
         self._socket = ours
         self._lock = threading.Lock()
         self._death: str | None = None
+        self.cgroups = _batch_cgroups()
 
     def spawn(self, workdir: str, stdin: int, stdout: int, stderr: int) -> None:
         """Ask for a supervisor working in `workdir` on the given pipe ends.
@@ -96,13 +110,15 @@ class Zygote:
     def close(self) -> None:
         """Let running supervisors finish; the template exits when the socket closes."""
         self._socket.close()
-        if self._death is not None:
-            return
         try:
-            self._process.communicate(timeout=30)
+            if self._death is None:
+                self._process.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.communicate()
+        finally:
+            if self.cgroups is not None:
+                self.cgroups.close()
 
     def __enter__(self) -> Zygote:
         return self

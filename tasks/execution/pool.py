@@ -10,10 +10,10 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 
-from harness.sandbox.limits import SandboxLimits
-from harness.sandbox.result import ExecutionResult
-from harness.sandbox.runner import execute
-from harness.sandbox.zygote import Zygote
+from tasks.execution.limits import SandboxLimits
+from tasks.execution.result import ExecutionResult
+from tasks.execution.runner import execute
+from tasks.execution.zygote import Zygote
 
 
 def default_workers() -> int:

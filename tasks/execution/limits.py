@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 MiB = 1 << 20
@@ -60,7 +61,8 @@ class SandboxLimits:
         return max(1, math.ceil(self.cpu_seconds))
 
 
-def encode_request(limits: SandboxLimits, token: str, program: str, force_userns: bool = False) -> bytes:
+def encode_request(limits: SandboxLimits, token: str, program: str, force_userns: bool = False,
+                   cgroup_procs: tuple[str, ...] = ()) -> bytes:
     """Header lines `key=value`, a blank line, then the program: read by `_supervisor.read_request`."""
     header = {
         "token": token,
@@ -74,6 +76,7 @@ def encode_request(limits: SandboxLimits, token: str, program: str, force_userns
         "max_output_bytes": limits.max_output_bytes,
         "max_disk_bytes": limits.max_disk_bytes,
         "force_userns": int(force_userns),
+        "cgroup_procs": os.pathsep.join(cgroup_procs),
     }
     lines = "".join(f"{key}={value}\n" for key, value in header.items())
     return (lines + "\n" + program).encode("utf-8", "surrogatepass")

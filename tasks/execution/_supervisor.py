@@ -21,16 +21,19 @@ import sys
 import time
 
 import _isolate as iso
+import _seccomp
+from _verdict import STATUSES, classify, exit_outcome, find_token_line
 
 SANDBOX_UID = 65534          # "nobody": owns nothing, so it can change nothing it does not own
 SETUP_FAILED = "sandbox setup failed: "  # stderr prefix: the sandbox could not be built here
 SUPERVISOR_PID = "supervisor pid "        # stderr prefix: where the harness's last-resort kill goes
-STATUSES = ("passed", "failed", "error", "memory")
 _READ_SIZE = 1 << 16
 _EXIT_GRACE_S = 0.5          # after the program exits, how long stray writers may keep pipes open
-# Shared places where other processes leave sockets and files (an ssh agent, a D-Bus session
-# bus, X11): with the filesystem view they look empty, apart from the program's own work dir.
-_SHARED_DIRS = ("/tmp", "/var/tmp", "/run", "/dev/shm")
+# Shared places where other processes leave sockets and files (an ssh agent, a D-Bus session bus,
+# X11) or show other programs' state (cgroups, message queues): with the filesystem view they look
+# empty and read-only. The scratch dirs are empty too, but private, writable and size-capped.
+_HIDDEN_DIRS = ("/run", "/sys/fs/cgroup", "/dev/mqueue")
+_SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 _NAMESPACES = iso.CLONE_NEWNS | iso.CLONE_NEWNET | iso.CLONE_NEWPID | iso.CLONE_NEWIPC | iso.CLONE_NEWUTS
 
 
@@ -61,7 +64,8 @@ def isolate(req: dict, workdir: str, libc) -> tuple[frozenset, bool]:
     """Enter new namespaces and build the filesystem view; return (flags, drop_to_nobody).
 
     flags name what holds for the program: net, fs, pid, ipc, uid (runs as uid 65534),
-    caps (all capabilities dropped), nproc (RLIMIT_NPROC is enforced for its user).
+    caps (all capabilities dropped), nproc (RLIMIT_NPROC is enforced for its user). `main` adds
+    cgroup (memory and pids bounded in total) and seccomp (the filter of `_seccomp`).
     """
     is_root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
@@ -95,9 +99,10 @@ def _isolate_as_root(req: dict, workdir: str, libc, uid: int) -> frozenset:
     blocked = [iso.blocked_ancestor(p, SANDBOX_UID) for p in keep if os.path.isdir(p)]
     try:
         libc.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
-        iso.hide_directories(libc, [b for b in blocked if b] + [_home(uid), *_SHARED_DIRS], keep)
+        iso.hide_directories(libc, [b for b in blocked if b] + [_home(uid), *_HIDDEN_DIRS], keep)
+        scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), SANDBOX_UID)
-        iso.remount_readonly(libc, keep_writable=workdir)
+        iso.remount_readonly(libc, keep_writable={workdir, *scratch})
     except OSError as exc:
         raise SetupError(f"filesystem isolation failed as root: {exc}") from None
     return frozenset({"net", "pid", "ipc", "fs", "uid", "nproc"})
@@ -110,13 +115,29 @@ def _isolate_in_user_namespace(req: dict, workdir: str, libc, uid: int, gid: int
         iso.write_id_maps(uid, gid)
         libc.mount(None, "/", None, iso.MS_REC | iso.MS_PRIVATE)
         # The program keeps our uid here, so our home (keys, tokens) is hidden but for Python.
-        iso.hide_directories(libc, [_home(uid), *_SHARED_DIRS], [*sys.path, workdir])
+        keep = [*sys.path, workdir]
+        iso.hide_directories(libc, [_home(uid), *_HIDDEN_DIRS], keep)
+        scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), None)
-        iso.remount_readonly(libc, keep_writable=workdir)
+        iso.remount_readonly(libc, keep_writable={workdir, *scratch})
         flags.add("fs")
     except OSError:
         pass  # some kernels allow the namespaces but not the mounts (e.g. AppArmor-restricted)
     return frozenset(flags)
+
+
+def _scratch_options(req: dict) -> str:
+    """/tmp and the like: world-writable with the sticky bit, like the host's, but private and capped."""
+    return f"mode=1777,size={int(req['max_disk_bytes'])}"
+
+
+def open_cgroup(req: dict) -> tuple:
+    """Descriptors of the program's cgroup.procs files, opened before the mounts hide them."""
+    paths = [p for p in req.get("cgroup_procs", "").split(os.pathsep) if p]
+    try:
+        return tuple(os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in paths)
+    except OSError as exc:
+        raise SetupError(f"cannot open the program's cgroup: {exc}") from None
 
 
 # ---------------------------------------------------------------- program process
@@ -131,8 +152,11 @@ def _set_limit(kind: int, value: int, hard: int | None = None) -> None:
 
 
 def prepare_child(req: dict, flags: frozenset, libc, drop_to_nobody: bool,
-                  fds: tuple, workdir: str) -> None:
-    """Everything between fork and the program: identity, limits, file descriptors."""
+                  fds: tuple, workdir: str, cgroup_fds: tuple) -> None:
+    """Everything between fork and the program: cgroup, identity, limits, syscall filter, descriptors."""
+    for fd in cgroup_fds:  # first, so that everything the program and its descendants use is counted
+        os.write(fd, b"0")
+        os.close(fd)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
@@ -145,6 +169,8 @@ def prepare_child(req: dict, flags: frozenset, libc, drop_to_nobody: bool,
     if libc is not None:
         libc.prctl(iso.PR_SET_NO_NEW_PRIVS, 1)
         libc.prctl(iso.PR_SET_PDEATHSIG, signal.SIGKILL)  # die with the supervisor (setuid clears it)
+    if "seccomp" in flags:
+        _seccomp.install(_seccomp.denied_calls(has_ipc_namespace="ipc" in flags))
 
     devnull, out_w, res_w = fds  # all >= 3 (0-2 stay open in the supervisor), so no clobbering
     os.dup2(devnull, 0)
@@ -158,7 +184,8 @@ def prepare_child(req: dict, flags: frozenset, libc, drop_to_nobody: bool,
     _set_limit(resource.RLIMIT_CPU, cpu, cpu + 1)  # SIGXCPU names the cause; SIGKILL if caught
     _set_limit(resource.RLIMIT_FSIZE, int(req["max_file_bytes"]))
     _set_limit(resource.RLIMIT_NOFILE, int(req["max_open_files"]))
-    _set_limit(resource.RLIMIT_NPROC, int(req["max_processes"]))
+    if "cgroup" not in flags:  # the pids cgroup bounds this program alone; RLIMIT_NPROC counts the whole user
+        _set_limit(resource.RLIMIT_NPROC, int(req["max_processes"]))
     try:
         _set_limit(resource.RLIMIT_AS, int(req["memory_bytes"]))
     except (ValueError, OSError):
@@ -212,10 +239,10 @@ def execute_program(source: str, token: bytes, result_fd: int) -> None:
     exit_now(0)
 
 
-def child_main(req, source, flags, libc, drop_to_nobody, fds, workdir) -> None:
+def child_main(req, source, flags, libc, drop_to_nobody, fds, workdir, cgroup_fds) -> None:
     token = req["token"].encode()
     try:
-        prepare_child(req, flags, libc, drop_to_nobody, fds, workdir)
+        prepare_child(req, flags, libc, drop_to_nobody, fds, workdir, cgroup_fds)
     except BaseException as exc:  # report through the token channel: the program cannot forge it
         line = token + b" setup " + str(exc).replace("\n", " ").encode()[:300] + b"\n"
         for fd in (fds[2], 3):  # 3 once the descriptors are wired
@@ -244,14 +271,6 @@ class Capture:
 
     def value(self) -> bytes:
         return bytes(self.tail[-self.limit:])
-
-
-def find_token_line(data: bytes, token: bytes) -> bytes | None:
-    """What follows the last occurrence of the token; everything else on that pipe is noise."""
-    at = data.rfind(token + b" ")
-    if at < 0:
-        return None
-    return data[at + len(token) + 1:].split(b"\n", 1)[0]
 
 
 def _kill_group(pid: int) -> None:
@@ -305,34 +324,6 @@ def supervise(pid: int, out_r: int, res_r: int, wake_r: int, wall_s: float, out_
     return wait_status, cpu, timed_out, output.value(), bytes(results)
 
 
-def exit_outcome(wait_status: int | None) -> tuple[int | None, int | None]:
-    """(exit code, killing signal) of the program."""
-    if wait_status is None:
-        return None, None
-    code = os.waitstatus_to_exitcode(wait_status)
-    return (None, -code) if code < 0 else (code, None)
-
-
-def classify(token_status: bytes | None, exit_code: int | None, killed_by: int | None,
-             cpu: float, timed_out: bool, req: dict, tail: bytes) -> str:
-    """Map what the supervisor saw to one status; only the token line can say `passed`."""
-    if token_status is not None and token_status.decode(errors="replace") in STATUSES:
-        status = token_status.decode()
-        if status == "passed" and exit_code != 0:
-            return "error"
-        if status == "passed" and cpu > float(req["cpu_seconds"]):
-            return "timeout"
-        return status
-    if timed_out or killed_by == signal.SIGXCPU:
-        return "timeout"
-    # SIGKILL at the hard CPU limit (budget + 1 s): rusage, sampled on ticks, can read 15% low.
-    if killed_by == signal.SIGKILL and cpu >= 0.8 * int(req["cpu_rlimit"]):
-        return "timeout"
-    if b"MemoryError" in tail:
-        return "memory"
-    return "error"
-
-
 # ---------------------------------------------------------------- entry
 
 def main(libc) -> int:
@@ -347,6 +338,7 @@ def main(libc) -> int:
     os.dup2(devnull, 0)
     workdir = os.path.realpath(os.getcwd())
     try:
+        cgroup_fds = open_cgroup(req)
         flags, drop_to_nobody = isolate(req, workdir, libc)
     except SetupError as exc:
         sys.stderr.write(f"{SETUP_FAILED}{exc}\n")
@@ -362,13 +354,17 @@ def main(libc) -> int:
             except OSError:
                 if drop_to_nobody:
                     raise SetupError("cannot mount /proc for the pid namespace") from None
-        return supervise_program(req, source, flags, libc, drop_to_nobody, devnull, workdir)
+        if cgroup_fds:  # the pids cgroup replaces RLIMIT_NPROC (see prepare_child)
+            flags = (flags - {"nproc"}) | {"cgroup"}
+        if libc is not None and _seccomp.supported():
+            flags |= {"seccomp"}
+        return supervise_program(req, source, flags, libc, drop_to_nobody, devnull, workdir, cgroup_fds)
     except SetupError as exc:
         sys.stderr.write(f"{SETUP_FAILED}{exc}\n")
         return 1
 
 
-def supervise_program(req, source, flags, libc, drop_to_nobody, devnull, workdir) -> int:
+def supervise_program(req, source, flags, libc, drop_to_nobody, devnull, workdir, cgroup_fds) -> int:
     """Fork the program's process, watch it, and write the report; returns the exit code."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # as pid 1, a same-uid program could send one
     out_r, out_w = os.pipe()
@@ -381,9 +377,9 @@ def supervise_program(req, source, flags, libc, drop_to_nobody, devnull, workdir
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        child_main(req, source, flags, libc, drop_to_nobody, (devnull, out_w, res_w), workdir)
-    os.close(out_w)
-    os.close(res_w)
+        child_main(req, source, flags, libc, drop_to_nobody, (devnull, out_w, res_w), workdir, cgroup_fds)
+    for fd in (out_w, res_w, *cgroup_fds):
+        os.close(fd)
     if libc is not None:
         libc.prctl(iso.PR_SET_DUMPABLE, 0)  # a same-uid program may not read our fds or memory
     wait_status, cpu, timed_out, tail, results = supervise(

@@ -17,7 +17,7 @@ class ExecutionResult:
 
     status: passed (ran to the end), failed (AssertionError), error (any other exception, syntax
     error, early exit, crash), timeout (CPU or wall clock), memory (MemoryError or address-space
-    limit), no_code (empty program). output_tail: the last bytes of stdout+stderr, decoded.
+    limit, or the kernel killed a process of the program at its memory cgroup's limit), no_code (empty program). output_tail: the last bytes of stdout+stderr, decoded.
     """
 
     status: str
@@ -37,7 +37,9 @@ class Isolation:
     filesystem: bool     # host filesystem read-only, private size-capped tmpfs work dir
     processes: bool      # pid namespace: host processes invisible, descendants die with the run
     unprivileged: bool   # runs as uid 65534, or with every capability dropped
-    process_limit: bool  # RLIMIT_NPROC is enforced (it is not for uid 0)
+    process_limit: bool  # a process limit holds: the pids cgroup, or RLIMIT_NPROC (not enforced for uid 0)
+    aggregate_limits: bool = False  # memory and pids cgroup: the program and its descendants bounded in total
+    syscall_filter: bool = False    # seccomp: keyrings and other shared kernel state denied
 
     @classmethod
     def from_flags(cls, flags: frozenset[str]) -> Isolation:
@@ -46,5 +48,7 @@ class Isolation:
             filesystem="fs" in flags,
             processes="pid" in flags,
             unprivileged="uid" in flags or "caps" in flags,
-            process_limit="nproc" in flags,
+            process_limit="nproc" in flags or "cgroup" in flags,
+            aggregate_limits="cgroup" in flags,
+            syscall_filter="seccomp" in flags,
         )

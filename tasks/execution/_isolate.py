@@ -110,8 +110,8 @@ def read_mounts() -> list[tuple[str, frozenset[str]]]:
     return mounts
 
 
-def remount_readonly(libc: Libc, keep_writable: str) -> None:
-    """Make every mount read-only except `keep_writable`.
+def remount_readonly(libc: Libc, keep_writable: set[str]) -> None:
+    """Make every mount read-only except the mount points in `keep_writable`.
 
     Bind remounts change only the per-mount flag, never the filesystem itself, so the host keeps
     its writable view; nosuid/nodev/noexec are carried over because a user namespace may not
@@ -120,9 +120,11 @@ def remount_readonly(libc: Libc, keep_writable: str) -> None:
     """
     seen = set()
     for point, options in reversed(read_mounts()):
-        if point in seen or point == keep_writable:
+        if point in seen:
             continue
-        seen.add(point)
+        seen.add(point)  # only the topmost mount at a point is reachable; a covered one is left alone
+        if point in keep_writable:
+            continue
         if "ro" in options:
             continue
         flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID
@@ -169,8 +171,9 @@ def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def hide_directories(libc: Libc, hide: list[str], keep: list[str]) -> list[str]:
-    """Cover each directory in `hide` with an empty tmpfs, except the `keep` paths inside it.
+def hide_directories(libc: Libc, hide: list[str], keep: list[str],
+                     options: str = "mode=0755,size=1m") -> list[str]:
+    """Cover each directory in `hide` with an empty tmpfs (mount `options`), except the `keep` paths inside it.
 
     Only this mount namespace sees the change; the host's files and permissions are untouched.
     Each kept path is bind-mounted back from a descriptor opened before covering, so the covered
@@ -185,7 +188,7 @@ def hide_directories(libc: Libc, hide: list[str], keep: list[str]) -> list[str]:
         targets = [k for k in keep if _under(k, directory)]
         handles = [os.open(target, os.O_PATH | os.O_DIRECTORY) for target in targets]
         try:
-            libc.mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+            libc.mount("tmpfs", directory, "tmpfs", MS_NOSUID | MS_NODEV, options)
             for target, handle in zip(targets, handles):
                 os.makedirs(target, 0o755, exist_ok=True)
                 libc.mount(f"/proc/self/fd/{handle}", target, None, MS_BIND | MS_REC)

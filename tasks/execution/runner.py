@@ -8,11 +8,11 @@ import selectors
 import signal
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from harness.sandbox.limits import SandboxLimits, encode_request
-from harness.sandbox.result import STATUSES, ExecutionResult, Isolation, SandboxError
-from harness.sandbox.zygote import Zygote
+from tasks.execution.limits import SandboxLimits, encode_request
+from tasks.execution.result import STATUSES, ExecutionResult, Isolation, SandboxError
+from tasks.execution.zygote import Zygote
 
 SETUP_FAILED = "sandbox setup failed: "  # these two must match _supervisor's
 SUPERVISOR_PID = "supervisor pid "
@@ -131,8 +131,25 @@ def execute(
     """
     if not program.strip():
         return ExecutionResult("no_code", "", 0.0), frozenset()
+    if zygote.cgroups is None:
+        return _execute(program, limits, zygote, force_userns, None)
+    try:
+        leaf = zygote.cgroups.create(limits.memory_bytes, limits.max_processes)
+    except OSError as exc:
+        raise SandboxError(f"cannot create the program's cgroup: {exc}") from exc
+    try:
+        result, flags = _execute(program, limits, zygote, force_userns, leaf.procs_files)
+        if leaf.memory_exceeded():  # the kernel killed a process of it: over the limit, whatever it printed
+            result = replace(result, status="memory")
+        return result, flags
+    finally:
+        zygote.cgroups.release(leaf)
+
+
+def _execute(program: str, limits: SandboxLimits, zygote: Zygote, force_userns: bool,
+             cgroup_procs: tuple[str, ...] | None) -> tuple[ExecutionResult, frozenset[str]]:
     token = secrets.token_hex(16)
-    request = memoryview(encode_request(limits, token, program, force_userns))
+    request = memoryview(encode_request(limits, token, program, force_userns, cgroup_procs or ()))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="sandbox-", ignore_cleanup_errors=True) as workdir:
         pipes = _Pipes.open()

@@ -7,9 +7,9 @@ canary turns that into one clear error instead.
 
 from __future__ import annotations
 
-from harness.sandbox.limits import SandboxLimits
-from harness.sandbox.pool import run_programs
-from harness.sandbox.result import SandboxError
+from tasks.execution.limits import SandboxLimits
+from tasks.execution.pool import run_programs
+from tasks.execution.result import SandboxError
 
 KNOWN_GOOD = """\
 def add(a, b):
