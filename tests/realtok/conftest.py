@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.files import cache_root
 from models.real_tokenizer import TokenizerFetchError, fetch_tokenizer
 from models.registry import load_adapter, spec_for
-from models.tiny import cache_root
 
 REALTOK_MODELS = ("tiny-qwen3-realtok", "tiny-refusion-realtok")
 

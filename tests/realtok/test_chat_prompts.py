@@ -9,7 +9,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from harness.runner import to_request
-from tasks.data import load_fixtures
+from tasks.records import load_fixtures
 from tasks.registry import PAPER_TASKS, make_task
 
 THINKING = {"tiny-qwen3-realtok": False, "tiny-refusion-realtok": True}  # the switch each model runs with
@@ -62,7 +62,7 @@ def test_the_thinking_switch_shows_where_the_assistant_turn_starts(model, realto
     prefill the real template puts an empty think block before it for both."""
     adapter = realtok_adapters[model]
     config = adapter.make_config()
-    assert config.enable_thinking is THINKING[model]
+    assert config.template.enable_thinking is THINKING[model]
     plain = adapter.render(task_requests("gsm8k")[0], config)
     header = "<|im_start|>assistant\n"
     assert plain.endswith(header + ("" if THINKING[model] else "<think>\n\n</think>\n\n"))

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from harness.runner import to_request
-from models.decoders.ar import SamplingConfig, ar_generate
+from models.decoders.ar import ar_generate
 from models.decoders.refusion import refusion_generate
-from models.refusion import refusion_config
+from models.options import set_options
 from refusion_stubs import NudgedLM
-from tasks.data import load_fixtures
+from tasks.records import load_fixtures
 from tasks.registry import make_task
 
 IM_END, END_OF_TEXT, MASK = 151645, 151643, 151670
@@ -32,6 +32,11 @@ def gsm8k_request(canvas: int):
 
 def encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def decoder_config(adapter, batch):
+    """The decoder config as ``adapter.decode`` runs it: the batch's canvas plus the checkpoint's token ids."""
+    return set_options(batch.config.decoder, adapter.token_ids(), adapter.name, adapter_fields=True)
 
 
 def test_qwen3_eos_ids_are_the_real_generation_configs(realtok_adapters):
@@ -52,8 +57,10 @@ def test_qwen3_output_is_cut_at_either_eos_stripped_and_counted(first_eos, secon
     batch = adapter.prepare([gsm8k_request(len(script))], adapter.make_config())
     prompt = batch.input_ids[0].tolist()
     network = NudgedLM(adapter.network, MASK, prompt + script, STRENGTH)
-    results = ar_generate(network, batch.input_ids, batch.attention_mask, max_new_tokens=len(script),
-                          eos_ids=adapter.eos_ids(), pad_id=adapter.pad_id(), sampling=SamplingConfig())
+    cfg = decoder_config(adapter, batch)
+    assert (cfg.max_new_tokens, cfg.eos_ids, cfg.pad_id, cfg.do_sample) == (len(script), (IM_END, END_OF_TEXT),
+                                                                           END_OF_TEXT, False)
+    results = ar_generate(network, batch.input_ids, batch.attention_mask, cfg).rows
     generation = adapter.finish(batch, results)[0]
 
     assert generation.token_ids == before + [first_eos]
@@ -73,8 +80,9 @@ def test_qwen3_stop_string_cuts_the_text_but_not_the_count(realtok_adapters):
     script = kept + encode(tok, "Q: What is 3+3?") + [IM_END]
     batch = adapter.prepare([gsm8k_request(len(script) + 8)], adapter.make_config())
     network = NudgedLM(adapter.network, MASK, batch.input_ids[0].tolist() + script + [IM_END] * 8, STRENGTH)
-    results = ar_generate(network, batch.input_ids, batch.attention_mask, max_new_tokens=len(script) + 8,
-                          eos_ids=adapter.eos_ids(), pad_id=adapter.pad_id(), sampling=SamplingConfig())
+    cfg = decoder_config(adapter, batch)
+    assert cfg.max_new_tokens == len(script) + 8
+    results = ar_generate(network, batch.input_ids, batch.attention_mask, cfg).rows
     generation = adapter.finish(batch, results)[0]
     assert generation.gen_tokens == len(script)
     assert generation.text == ANSWER + "\n\n"  # gsm8k stops at "Q:"
@@ -95,8 +103,9 @@ def test_refusion_output_is_cut_at_the_tokenizers_eos_only(realtok_adapters):
     batch = adapter.prepare([gsm8k_request(canvas)], config)
     prompt = batch.input_ids[0].tolist()
     network = NudgedLM(adapter.network, MASK, prompt + script, STRENGTH)
-    cfg = refusion_config(config, canvas, mask_id=adapter.token_id("<|mask|>"), eos_id=tok.eos_token_id)
-    results = [refusion_generate(network, batch.input_ids, cfg).to_decode_result()]
+    cfg = decoder_config(adapter, batch)
+    assert (cfg.gen_length, cfg.mask_id, cfg.eos_id) == (canvas, MASK, IM_END)
+    results = refusion_generate(network, batch.input_ids, batch.attention_mask, cfg).rows
     generation = adapter.finish(batch, results)[0]
 
     assert generation.token_ids == before + [IM_END]
