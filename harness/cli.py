@@ -95,10 +95,11 @@ def list_registry() -> str:
     from tasks.registry import make_task, task_names
 
     lines = ["models:"]
+    width = max(len(name) for name in MODELS)  # the longest name still leaves a space before its ref
     for spec in MODELS.values():
         presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
-        lines.append(f"  {spec.name:<20} {spec.ref:<38} {spec.description}{presets}")
-    lines.append("  hf:<id or path>      any causal LM on the autoregressive adapter")
+        lines.append(f"  {spec.name:<{width}} {spec.ref:<38} {spec.description}{presets}")
+    lines.append(f"  {'hf:<id or path>':<{width}} any causal LM on the autoregressive adapter")
     lines.append("options (--model-arg MODEL.KEY=VALUE; gen_length (int) sets the canvas), defaults of each kind:")
     for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
         lines.append(f"  {kind:<18} " + ", ".join(describe_options(kind)))

@@ -6,6 +6,7 @@ A leaf module (standard library only), so models and tasks may use it without im
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import tempfile
@@ -23,6 +24,15 @@ def cache_root() -> Path:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "dllm-harness"
+
+
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read in chunks (datasets and tokenizer files are too large to read at once)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _umask() -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from models.real_tokenizer import TokenizerFetchError
 from models.tiny import TINY_MODELS, materialize
 
 
@@ -40,7 +41,10 @@ def folder_fingerprint(folder: Path) -> str:
 
 def resolve_source(ref: str, revision: str | None = None) -> ModelSource:
     if ref in TINY_MODELS:
-        folder = materialize(ref)
+        try:
+            folder = materialize(ref)
+        except TokenizerFetchError as error:
+            raise ModelLoadError(f"{ref}: {error}") from None
         return ModelSource(ref, str(folder), None, f"tiny:{folder.name}:{folder_fingerprint(folder)}")
     if _looks_local(ref):
         folder = Path(ref).expanduser()

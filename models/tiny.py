@@ -2,6 +2,8 @@
 
 A tiny model is written once to a cache folder in the same layout as a released checkpoint (config.json,
 generation_config.json, safetensors, tokenizer files) and then loaded through exactly the same code as the real one.
+The ``-realtok`` models carry the released Qwen3 tokenizer files instead (models/real_tokenizer.py) and the real
+vocabulary size.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable
 import torch
 
 from harness.files import cache_root  # a leaf: tiny models and evalplus ground truth share one cache root
+from models.real_tokenizer import REFUSION_ADDED_TOKENS, fetch_tokenizer, write_tokenizer_files
 from models.tokenizer import (DREAM_TOKENIZER, LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, TokenizerSpec,
                               build_tokenizer)
 
@@ -27,16 +30,18 @@ class TinyModel:
     """A recipe: tokenizer spec plus a function that writes the network for that tokenizer into a folder."""
 
     name: str
-    tokenizer: TokenizerSpec
+    tokenizer: TokenizerSpec | None
     write_network: Callable[[Path, object, int], None]  # (folder, tokenizer, seed) -> None
     seed: int = 0
+    # Instead of a local tokenizer: writes released tokenizer files into the folder, (folder, cache root) -> None.
+    write_tokenizer: Callable[[Path, Path], None] | None = None
 
 
 def _write_qwen3(folder: Path, tokenizer, seed: int, extra_config: dict | None = None) -> None:
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     ids = tokenizer.convert_tokens_to_ids
-    config = Qwen3Config(
+    settings = dict(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
@@ -50,8 +55,8 @@ def _write_qwen3(folder: Path, tokenizer, seed: int, extra_config: dict | None =
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
         bos_token_id=ids("<|endoftext|>"),
-        **(extra_config or {}),
     )
+    config = Qwen3Config(**{**settings, **(extra_config or {})})
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config).eval()
     # Qwen3's released generation config samples by default; the adapter must switch that off explicitly.
@@ -66,6 +71,30 @@ def _write_refusion(folder: Path, tokenizer, seed: int) -> None:
     ids = tokenizer.convert_tokens_to_ids
     _write_qwen3(folder, tokenizer, seed,
                  {"mask_token_id": ids("<|mask|>")})
+
+
+# With the real ~152k vocabulary the embedding dominates, so the hidden size is halved: 152k x 32 fp32 is ~19 MB.
+_REALTOK_SIZE = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+def _write_qwen3_realtok(folder: Path, tokenizer, seed: int) -> None:
+    # Qwen3's config has 151936 embedding rows, more than the tokenizer's 151669 ids.
+    _write_qwen3(folder, tokenizer, seed, {**_REALTOK_SIZE, "vocab_size": 151936})
+
+
+def _write_refusion_realtok(folder: Path, tokenizer, seed: int) -> None:
+    # ReFusion resized its embeddings to the tokenizer (151671) and set bos/mask to its two added tokens.
+    ids = tokenizer.convert_tokens_to_ids
+    _write_qwen3(folder, tokenizer, seed, {**_REALTOK_SIZE, "bos_token_id": ids("<|beginoftext|>"),
+                                           "mask_token_id": ids("<|mask|>")})
+
+
+def _real_qwen3_tokenizer(folder: Path, cache: Path) -> None:
+    write_tokenizer_files(fetch_tokenizer(cache), folder)
+
+
+def _real_refusion_tokenizer(folder: Path, cache: Path) -> None:
+    write_tokenizer_files(fetch_tokenizer(cache), folder, REFUSION_ADDED_TOKENS)
 
 
 def _write_llada(folder: Path, tokenizer, seed: int) -> None:
@@ -93,20 +122,31 @@ TINY_MODELS: dict[str, TinyModel] = {
     "tiny-refusion": TinyModel("tiny-refusion", REFUSION_TOKENIZER, _write_refusion),
     "tiny-llada": TinyModel("tiny-llada", LLADA_TOKENIZER, _write_llada),
     "tiny-dream": TinyModel("tiny-dream", DREAM_TOKENIZER, _write_dream),
+    "tiny-qwen3-realtok": TinyModel("tiny-qwen3-realtok", None, _write_qwen3_realtok,
+                                    write_tokenizer=_real_qwen3_tokenizer),
+    "tiny-refusion-realtok": TinyModel("tiny-refusion-realtok", None, _write_refusion_realtok,
+                                       write_tokenizer=_real_refusion_tokenizer),
 }
 
 
 def materialize(name: str, root: Path | None = None) -> Path:
     """Return the folder of tiny model ``name``, building it on first use (atomically, so concurrent runs agree)."""
     recipe = TINY_MODELS[name]
-    folder = (root or cache_root()) / "tiny" / f"{name}-v{FORMAT_VERSION}-seed{recipe.seed}"
+    root = root or cache_root()
+    folder = root / "tiny" / f"{name}-v{FORMAT_VERSION}-seed{recipe.seed}"
     if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
-        tokenizer = build_tokenizer(recipe.tokenizer)
-        tokenizer.save_pretrained(staging)
+        if recipe.write_tokenizer is not None:
+            from transformers import AutoTokenizer
+
+            recipe.write_tokenizer(staging, root)
+            tokenizer = AutoTokenizer.from_pretrained(staging)  # as a checkpoint folder's tokenizer is read
+        else:
+            tokenizer = build_tokenizer(recipe.tokenizer)
+            tokenizer.save_pretrained(staging)
         recipe.write_network(staging, tokenizer, recipe.seed)
         try:
             staging.rename(folder)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.files import JSONLError
-from harness.files import read_jsonl
+from harness.files import file_sha256, read_jsonl  # file_sha256 is re-exported for tasks.evalplus_data
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -67,14 +67,6 @@ def read_checked_jsonl(path: Path, required_fields: tuple[str, ...],
     if not records:
         raise DataError(f"{path}: no records")
     return records
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def records_sha256(records: list[dict[str, Any]]) -> str:
