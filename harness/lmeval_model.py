@@ -208,11 +208,13 @@ class HarnessLM(LM):
         warm_batches = warmup_batches(s.warmup, s.batch_size)
         texts, records = [], []
         for index, chunk in enumerate(same_canvas_batches(pending, s.batch_size)):
-            prompts, generations, seconds = generate_timed(self.adapter, self.config, [p.request for p in chunk])
+            requests = [p.request for p in chunk]
+            prompts, generations, seconds, forward_s = generate_timed(self.adapter, self.config, requests)
             for p, prompt, gen in zip(chunk, prompts, generations):
                 texts.append(gen.text)
                 records.append({"task": task, "doc_id": p.doc_id,
-                                **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, self.rank)})
+                                **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, self.rank,
+                                                forward_s)})
             bar.update(len(chunk))
         self.speed.add(task, records)
         self.speed.set_peak_memory(task, peak_memory_bytes(self._device))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -23,6 +24,7 @@ from tqdm import tqdm
 
 from harness import distributed
 from harness.aggregate import aggregate
+from harness.attribution import attribution_table
 from harness.distributed import DistContext
 from harness.generation import generate_timed, timing_record, warmup_batches
 from harness.manifest import environment
@@ -128,9 +130,9 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
     bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
     for index, start in enumerate(range(0, len(pending), settings.batch_size)):
         chunk = pending[start:start + settings.batch_size]
-        prompts, generations, seconds = generate_timed(adapter, config, [p.request for p in chunk])
+        prompts, generations, seconds, forward_s = generate_timed(adapter, config, [p.request for p in chunk])
         records = [{"key": p.key, "doc_id": p.doc.id,
-                    **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, rank)}
+                    **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, rank, forward_s)}
                    for p, prompt, gen in zip(chunk, prompts, generations)]
         store.append(records)
         bar.update(len(chunk))
@@ -218,8 +220,10 @@ class Runner:
             adapter = load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
             jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
         if not s.rescore:
-            for job in jobs:
-                self.generate(job)
+            for adapter, model_jobs in itertools.groupby(jobs, key=lambda job: job.adapter):
+                with adapter.session(s.output):  # an engine server lives as long as its model's jobs
+                    for job in model_jobs:
+                        self.generate(job)
         distributed.wait_for_all(self.dist)
         if not self.dist.is_main:
             return None
@@ -232,6 +236,7 @@ class Runner:
             },
             "results": [self.score(job) for job in jobs],
         }
+        payload["attribution"] = attribution_table(payload["results"])
         write_json_atomic(s.output / "results.json", payload)
         return payload
 
@@ -292,6 +297,7 @@ class Runner:
                 "seed": s.seed,
                 "limit": s.limit,
                 "n_planned": len(job.planned),
+                **job.adapter.run_manifest(s.output),
             },
             **summary,
         }

@@ -7,9 +7,11 @@ messages, a canvas length and stop strings.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -198,6 +200,16 @@ class ModelAdapter(ABC):
     @abstractmethod
     def eos_ids(self) -> list[int]:
         """End-of-sequence ids: generation stops (or is cut) at the first of these."""
+
+    # ---- lifecycle (adapters that own an outside process, e.g. an engine server) -----------------------------
+    def session(self, run_folder: Path) -> contextlib.AbstractContextManager:
+        """Entered by the runner around this model's jobs; an adapter that starts something stops it on exit and
+        keeps its files (logs) in ``run_folder``."""
+        return contextlib.nullcontext()
+
+    def run_manifest(self, run_folder: Path) -> dict[str, Any]:
+        """Extra manifest entries for this model's results (an engine's name, version and launch arguments)."""
+        return {}
 
     def generate(self, requests: Sequence[GenerationRequest], config: Any | None = None) -> list[Generation]:
         """Convenience for callers that do not time: prepare, decode and finish in one call."""

@@ -42,22 +42,22 @@ def _write_qwen3(folder: Path, tokenizer, seed: int, extra_config: dict | None =
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     ids = tokenizer.convert_tokens_to_ids
-    config = Qwen3Config(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        initializer_range=0.2,  # larger than the real 0.02 so that greedy outputs of random weights vary
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("<|endoftext|>"),
-        bos_token_id=ids("<|endoftext|>"),
+    config = Qwen3Config(**{
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "initializer_range": 0.2,  # larger than the real 0.02 so that greedy outputs of random weights vary
+        "eos_token_id": ids("<|im_end|>"),
+        "pad_token_id": ids("<|endoftext|>"),
+        "bos_token_id": ids("<|endoftext|>"),
         **(extra_config or {}),
-    )
+    })
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config).eval()
     # Qwen3's released generation config samples by default; the adapter must switch that off explicitly.
@@ -66,6 +66,11 @@ def _write_qwen3(folder: Path, tokenizer, seed: int, extra_config: dict | None =
         eos_token_id=[ids("<|im_end|>"), ids("<|endoftext|>")], pad_token_id=ids("<|endoftext|>"),
     )
     model.save_pretrained(folder)
+
+
+def _write_qwen3_h32(folder: Path, tokenizer, seed: int) -> None:
+    """tiny-qwen3 with 32-wide heads: vLLM's CPU attention serves head sizes 32, 64, 80, ... only."""
+    _write_qwen3(folder, tokenizer, seed, {"head_dim": 32})
 
 
 def _write_refusion(folder: Path, tokenizer, seed: int) -> None:
@@ -96,6 +101,7 @@ def _write_dream(folder: Path, tokenizer, seed: int) -> None:
 
 TINY_MODELS: dict[str, TinyModel] = {
     "tiny-qwen3": TinyModel("tiny-qwen3", QWEN3_TOKENIZER, _write_qwen3),
+    "tiny-qwen3-h32": TinyModel("tiny-qwen3-h32", QWEN3_TOKENIZER, _write_qwen3_h32),
     "tiny-refusion": TinyModel("tiny-refusion", REFUSION_TOKENIZER, _write_refusion),
     "tiny-llada": TinyModel("tiny-llada", LLADA_TOKENIZER, _write_llada),
     "tiny-dream": TinyModel("tiny-dream", DREAM_TOKENIZER, _write_dream),
