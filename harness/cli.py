@@ -6,7 +6,6 @@ Every mistake a user can make on the command line ends in one line on stderr and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -35,17 +34,9 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
     return names
 
 
-def parse_value(text: str) -> Any:
-    """JSON literals (numbers, true/false/null, quoted strings, lists); anything else stays a string."""
-    lowered = {"none": "null", "true": "true", "false": "false"}.get(text.lower(), text)
-    try:
-        return json.loads(lowered)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``MODEL.KEY=VALUE`` items; a bare ``KEY=VALUE`` applies to every model of the run."""
+    """``MODEL.KEY=VALUE`` items; a bare ``KEY=VALUE`` applies to every model of the run. Values stay strings:
+    ``models.options`` types and checks them against each model's config."""
     out: dict[str, dict[str, Any]] = {m: {} for m in models}
     for item in items:
         target, sep, value = item.partition("=")
@@ -54,12 +45,12 @@ def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, d
         model, dot, key = target.rpartition(".")
         if not dot:
             for m in models:
-                out[m][key] = parse_value(value)
+                out[m][key] = value
         elif model not in out:
             raise UsageError(f"--model-arg {item!r} names model {model!r}, which is not in --models "
                              f"({', '.join(models)})")
         else:
-            out[model][key] = parse_value(value)
+            out[model][key] = value
     return out
 
 
@@ -99,21 +90,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_registry() -> str:
-    import dataclasses
-
-    from models.registry import MODELS, adapter_class
+    from models.registry import MODELS, describe_options
     from tasks.registry import make_task, task_names
 
     lines = ["models:"]
     for spec in MODELS.values():
         presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
-        lines.append(f"  {spec.name:<18} {spec.ref:<40} {spec.description}{presets}")
-    lines.append("  hf:<id or path>    any causal LM on the autoregressive adapter")
-    lines.append("  vllm:<id or path>  any causal LM served by vLLM (server_python= or DLLM_VLLM_PYTHON, or base_url=)")
-    lines.append("decoding options (--model-arg MODEL.KEY=VALUE), with the defaults of each adapter:")
+        lines.append(f"  {spec.name:<20} {spec.ref:<38} {spec.description}{presets}")
+    lines.append("  hf:<id or path>      any causal LM on the autoregressive adapter")
+    lines.append("  vllm:<id or path>    any causal LM served by vLLM (server_python= or DLLM_VLLM_PYTHON, or base_url=)")
+    lines.append("options (--model-arg MODEL.KEY=VALUE; gen_length (int) sets the canvas), defaults of each kind:")
     for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
-        options = dataclasses.asdict(adapter_class(kind).config_class())
-        lines.append(f"  {kind:<18} " + ", ".join(f"{k}={v}" for k, v in options.items()))
+        lines.append(f"  {kind:<18} " + ", ".join(describe_options(kind)))
     lines.append("tasks:")
     for name in task_names():
         task = make_task(name)
@@ -125,7 +113,7 @@ def list_registry() -> str:
 
 def settings_from_args(args: argparse.Namespace):
     from harness.runner import RunSettings
-    from models.registry import model_names
+    from models.registry import model_names, preset_names
     from tasks.registry import task_names
 
     if not args.models or not args.tasks:
@@ -137,6 +125,9 @@ def settings_from_args(args: argparse.Namespace):
             raise UsageError(f"{flag} must be at least 1, got {value}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.preset is not None and args.preset not in preset_names(models):
+        raise UsageError(f"unknown preset {args.preset}; valid presets for these models: "
+                         f"{', '.join(preset_names(models)) or 'none'}")
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
     return RunSettings(
@@ -148,11 +139,11 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from harness.runner import RunError
-    from models.base import ConfigError
+    from harness.errors import RunError
     from models.adapters.engine_server import EngineError
+    from models.decoders.contract import ConfigError
     from models.loading import ModelLoadError
-    from tasks.data import DataError
+    from tasks.records import DataError
 
     return (UsageError, RunError, ConfigError, ModelLoadError, DataError, EngineError)
 
@@ -172,20 +163,21 @@ def run_main(argv: Sequence[str]) -> int:
         return 0
     quiet_libraries()
     from harness import distributed
+    from harness.ranks import context_from_env
     from harness.runner import Runner
     from harness.summary import summary_table
 
     settings = settings_from_args(args)
-    ctx = distributed.context_from_env()
+    ctx = context_from_env()
     runner = Runner(settings, ctx)
     distributed.start(ctx, runner.device)
     try:
-        payload = runner.run()
+        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
     finally:
         distributed.stop(ctx)
     if payload is not None:
         print(summary_table(payload["results"]))
-        print(f"results: {settings.output / 'results.json'}")
+        print(f"results: {runner.folder.results_path}")
         print(write_run_report(settings.output))
     return 0
 
@@ -203,7 +195,7 @@ def write_run_report(output: Path) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
-        from reports.cli import main_report
+        from reports.command import main_report
 
         return main_report(argv[1:])
     if argv[:1] == ["gate"]:

@@ -24,7 +24,8 @@ from typing import Any, Sequence
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from harness.compare import Run, RunLoadError, describe_value, field_differences, load_run, load_samples
+from harness.compare import describe_value, field_differences
+from harness.run_folder import Run, RunLoadError, load_run
 from harness.stats import holm_adjust, mcnemar_exact
 
 PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 2
@@ -200,8 +201,8 @@ def check_comparable(base: dict[str, Any], cand: dict[str, Any]) -> None:
 def accuracy_test(baseline: Run, candidate: Run, base: dict[str, Any], cand: dict[str, Any]) -> AccuracyTest:
     where = f"{base['model']} · {base['task']}"
     metric = base["primary_metric"]
-    base_samples = load_samples(baseline, base["model"], base["task"])
-    cand_samples = load_samples(candidate, cand["model"], cand["task"])
+    base_samples = baseline.samples(base["model"], base["task"])
+    cand_samples = candidate.samples(cand["model"], cand["task"])
     if base_samples and cand_samples:
         return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
     b, c = base["metrics"].get(metric), cand["metrics"].get(metric)

@@ -6,7 +6,7 @@ import pandas as pd
 
 from harness.attribution import attribution_table
 from harness.compare import label_results
-from reports.data import ReportData
+from reports.report_data import ReportData
 
 
 def _ms(value: float | None) -> float | None:

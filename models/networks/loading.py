@@ -17,16 +17,16 @@ from safetensors.torch import save_file
 from torch import nn
 
 from models.networks.common import RMSNorm
-from models.networks.dream import DreamConfig, DreamNetwork
-from models.networks.llada import LLaDAConfig, LLaDANetwork
+from models.networks.dream import DreamNetworkConfig, DreamNetwork
+from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
 
 Kind = Literal["llada", "dream"]
 Network = LLaDANetwork | DreamNetwork
-Config = LLaDAConfig | DreamConfig
+Config = LLaDANetworkConfig | DreamNetworkConfig
 
 _KINDS: dict[str, tuple[type, type, str]] = {
-    "llada": (LLaDAConfig, LLaDANetwork, "LLaDA"),
-    "dream": (DreamConfig, DreamNetwork, "Dream"),
+    "llada": (LLaDANetworkConfig, LLaDANetwork, "LLaDA"),
+    "dream": (DreamNetworkConfig, DreamNetwork, "Dream"),
 }
 _DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -70,7 +70,7 @@ def build_network(config: Config, device: torch.device | str = "cpu", dtype: tor
                   seed: int | None = None) -> Network:
     """A network with fresh weights; with ``seed``, deterministic weights that make every parameter matter (norm
     weights 1 + 0.1 N, biases 0.1 N, linears N(0, 1/fan_in), embeddings N(0, 1)): for tiny offline models."""
-    cls = LLaDANetwork if isinstance(config, LLaDAConfig) else DreamNetwork
+    cls = LLaDANetwork if isinstance(config, LLaDANetworkConfig) else DreamNetwork
     with torch.device(device):
         network = cls(config)
     network = network.to(resolve_dtype(dtype))

@@ -34,9 +34,9 @@ def engine(engine_python, tmp_path_factory):
     from models.registry import load_adapter, spec_for
 
     adapter = load_adapter(spec_for("tiny-qwen3-vllm"), torch.device("cpu"), torch.float32)
-    adapter.make_config({"server_python": engine_python})
+    launch = adapter.make_config({"server_python": engine_python}).decoder
     folder = tmp_path_factory.mktemp("engine-session")
     with adapter.session(folder):
-        server = adapter.server()
+        server = adapter.server(launch)
         yield adapter
     assert server.process is not None and server.process.poll() is not None, "the session left the server running"

@@ -6,12 +6,16 @@ import json
 import sys
 
 import pytest
+import torch
 
 from harness.cli import main
 from models.adapters.engine_server import free_port
 from models.adapters.openai_client import error_message
-from models.adapters.vllm_engine import EngineConfig, answer_ids, chat_payload
-from models.base import GenerationRequest, Message
+from models.adapters.vllm_engine import answer_ids, chat_payload
+from models.base import GenerationRequest, Message, TemplateOptions
+from models.decoders.contract import ConfigError
+from models.options import record
+from models.registry import load_adapter, spec_for
 
 RUN = ["--tasks", "gsm8k", "--data", "fixtures", "--limit", "2", "--gen-length", "8", "--no-progress"]
 
@@ -59,17 +63,29 @@ def test_attaching_to_nothing_says_so(capsys, tmp_path):
 
 def test_requests_are_greedy_ask_for_token_ids_and_pass_the_template_switch():
     chat = GenerationRequest(messages=(Message("user", "hi"),), canvas_tokens=7, stop=("\n",))
-    payload = chat_payload(chat, EngineConfig(enable_thinking=False), "m", [5, 6])
+    payload = chat_payload(chat, TemplateOptions(enable_thinking=False), "m", [5, 6])
     assert payload["temperature"] == 0.0 and payload["top_k"] == 0 and payload["repetition_penalty"] == 1.0
     assert payload["return_token_ids"] and payload["stop_token_ids"] == [5, 6] and payload["max_tokens"] == 7
     assert payload["chat_template_kwargs"] == {"enable_thinking": False} and "stop" not in payload  # cut locally
     assert payload["add_generation_prompt"] and not payload["continue_final_message"]
     prefill = GenerationRequest(messages=(Message("user", "hi"), Message("assistant", "So")))
-    payload = chat_payload(prefill, EngineConfig(enable_thinking=None), "m", [5])
+    payload = chat_payload(prefill, TemplateOptions(enable_thinking=None), "m", [5])
     assert payload["continue_final_message"] and not payload["add_generation_prompt"]
     assert "chat_template_kwargs" not in payload
-    rendered = chat_payload(GenerationRequest(prompt="text"), EngineConfig(), "m", [5])
+    rendered = chat_payload(GenerationRequest(prompt="text"), TemplateOptions(), "m", [5])
     assert rendered["prompt"] == "text" and "messages" not in rendered and rendered["add_special_tokens"] is False
+
+
+def test_launch_options_are_typed_but_no_part_of_sample_keys():
+    adapter = load_adapter(spec_for("tiny-qwen3-vllm"), torch.device("cpu"), torch.float32)
+    attached = adapter.make_config({"base_url": "http://127.0.0.1:9/v1", "startup_timeout_s": "5"}, canvas=8)
+    assert attached.decoder.startup_timeout_s == 5.0 and attached.decoder.base_url == "http://127.0.0.1:9/v1"
+    launched = adapter.make_config({"server_python": sys.executable, "server_args": "--max-model-len 64"}, canvas=8)
+    assert record(attached) == record(launched) == {"enable_thinking": False, "max_new_tokens": 8}
+    with pytest.raises(ConfigError, match="startup_timeout_s=soon is not a float"):
+        adapter.make_config({"startup_timeout_s": "soon"})
+    with pytest.raises(ConfigError, match="base_url must look like http"):
+        adapter.make_config({"base_url": "localhost:8000"}, canvas=8)
 
 
 def test_answers_and_error_bodies_are_read_in_both_shapes():
@@ -85,7 +101,7 @@ def test_answers_and_error_bodies_are_read_in_both_shapes():
 @pytest.mark.parametrize("name", ["vllm:some/model", "tiny-qwen3-vllm", "qwen3-vllm"])
 def test_engine_names_are_valid_model_names(name):
     from harness.cli import split_names
-    from models.registry import model_names, spec_for
+    from models.registry import model_names
 
     assert split_names(name, model_names(), "model", allow_hf=True) == (name,)
     assert spec_for(name).kind == "vllm"

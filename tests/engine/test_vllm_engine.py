@@ -45,9 +45,13 @@ def transformers_baseline():
 
 def test_engine_and_transformers_give_identical_token_ids(engine, transformers_baseline):
     hf, hf_config = transformers_baseline
-    served = engine.generate(REQUESTS, engine.make_config())  # all five requests in flight together
+    config = engine.make_config()
+    batches = [[r for r in REQUESTS if r.canvas_tokens == canvas]  # a batch is one canvas, its requests in flight
+               for canvas in dict.fromkeys(r.canvas_tokens for r in REQUESTS)]
+    pairs = [pair for batch in batches for pair in zip(batch, engine.generate(batch, config))]
+    served = [got for _, got in pairs]
     assert [g.hit_max_tokens for g in served].count(False) >= 2  # the end-of-sequence path is exercised
-    for request, got in zip(REQUESTS, served):
+    for request, got in pairs:
         (want,) = hf.generate([request], hf_config)
         assert got.token_ids == want.token_ids
         assert (got.gen_tokens, got.hit_max_tokens, got.text) == (want.gen_tokens, want.hit_max_tokens, want.text)
