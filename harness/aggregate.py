@@ -38,7 +38,7 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "token_definition": TOKEN_DEFINITION,
         "tokens_per_second": _tps(timed),
         "tokens_per_forward": sum(s["gen_tokens"] for s in samples) / forwards if forwards else None,
-        "forwards_per_sample": forwards / len(samples) if samples else None,
+        "forwards_per_sample": forwards / len(samples) if samples and forwards else None,  # 0: not counted
         "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
                       "p50": pct(50), "p90": pct(90), "p99": pct(99)},
         "gen_tokens_mean": float(np.mean([s["gen_tokens"] for s in samples])) if samples else None,
@@ -49,13 +49,33 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "timed_samples": len(timed),
         "batch_size": batch_size,
         "peak_memory_bytes": peak_memory,
+        "per_token": per_token(timed),
     }
+    requests = [s["request_latency_s"] for s in timed if s.get("request_latency_s") is not None]
+    if requests:  # engine-served models: each request's own client-side wall time, requests in flight together
+        figures["request_latency_s"] = {"mean": float(np.mean(requests)), "p50": float(np.percentile(requests, 50)),
+                                        "p90": float(np.percentile(requests, 90)),
+                                        "p99": float(np.percentile(requests, 99))}
     ranks = sorted({s.get("rank", 0) for s in timed})
     if len(ranks) > 1:  # data-parallel: each rank's throughput, and their sum as the run's
         per_rank = {str(r): _tps([s for s in timed if s.get("rank", 0) == r]) for r in ranks}
         figures["per_rank_tokens_per_second"] = per_rank
         figures["combined_tokens_per_second"] = sum(v for v in per_rank.values() if v is not None)
     return figures
+
+
+def per_token(timed: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """What one generated token costs over the timed samples: seconds, network forwards and seconds inside them
+    (None where not counted or not measured): the inputs of the speedup attribution."""
+    tokens = sum(s["gen_tokens"] for s in timed)
+    forwards = sum(s["nfe"] for s in timed)
+    inside = [s.get("forward_s") for s in timed]
+    measured = bool(timed) and all(v is not None for v in inside)
+    return {
+        "seconds": sum(s["latency_s"] for s in timed) / tokens if tokens else None,
+        "forwards": forwards / tokens if tokens and forwards else None,
+        "forward_seconds": sum(inside) / tokens if tokens and measured and forwards else None,
+    }
 
 
 def _tps(samples: Sequence[dict[str, Any]]) -> float | None:

@@ -24,10 +24,10 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
         from tasks.registry import PAPER_TASKS
 
         return PAPER_TASKS
-    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith("hf:"))
+    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith(("hf:", "vllm:")))
                and not (kind == "task" and n.startswith("lmeval:"))]
     if unknown or not names:
-        extra = " (or hf:<hub id or local path>)" if allow_hf else ""
+        extra = " (or hf:<hub id or local path>, vllm:<hub id or local path>)" if allow_hf else ""
         extra += " (or all, or lmeval:<lm-eval task>)" if kind == "task" else ""
         raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(value)}; valid {kind}s: "
                          f"{', '.join(valid)}{extra}")
@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                "`run_eval.py gate-speed RUN` and `run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
-    p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
+    p.add_argument("--models", help="comma-separated model names, or hf:/vllm:<hub id or local path>")
     p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
     p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>; reruns resume it)")
@@ -100,6 +100,7 @@ def list_registry() -> str:
         presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
         lines.append(f"  {spec.name:<{width}} {spec.ref:<38} {spec.description}{presets}")
     lines.append(f"  {'hf:<id or path>':<{width}} any causal LM on the autoregressive adapter")
+    lines.append(f"  {'vllm:<id or path>':<{width}} any causal LM served by vLLM (server_python= or DLLM_VLLM_PYTHON, or base_url=)")
     lines.append("options (--model-arg MODEL.KEY=VALUE; gen_length (int) sets the canvas), defaults of each kind:")
     for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
         lines.append(f"  {kind:<18} " + ", ".join(describe_options(kind)))
@@ -141,11 +142,12 @@ def settings_from_args(args: argparse.Namespace):
 
 def user_errors() -> tuple[type[BaseException], ...]:
     from harness.errors import RunError
+    from models.adapters.engine_server import EngineError
     from models.decoders.contract import ConfigError
     from models.loading import ModelLoadError
     from tasks.records import DataError
 
-    return (UsageError, RunError, ConfigError, ModelLoadError, DataError)
+    return (UsageError, RunError, ConfigError, ModelLoadError, DataError, EngineError)
 
 
 def quiet_libraries() -> None:

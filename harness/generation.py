@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from harness.errors import RunError
+from harness.forward_timer import ForwardTimer, timed_network
 from harness.timing import reset_peak_memory, timed
 from models.base import Generation, GenerationRequest, ModelAdapter
 from models.options import with_default_seed
@@ -74,21 +75,29 @@ def same_canvas_batches(requests: Sequence[GenerationRequest], size: int) -> Ite
             start = end
 
 
-def generate_timed(adapter: ModelAdapter, config: Any,
-                   requests: Sequence[GenerationRequest]) -> tuple[list[str], list[Generation], float]:
-    """Rendered prompts, generations and the wall seconds of the decoder call alone (tokenisation excluded)."""
+def generate_timed(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest]
+                   ) -> tuple[list[str], list[Generation], float, float | None]:
+    """Rendered prompts, generations, the wall seconds of the decoder call alone (tokenisation excluded) and the
+    seconds of it spent inside network forwards (None when the network runs elsewhere, e.g. in an engine)."""
     batch = adapter.prepare(requests, config)
-    results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
-    return batch.prompts, adapter.finish(batch, results), seconds
+    network = timed_network(adapter)  # loads the weights, outside the timed call
+    if network is None:
+        results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
+        return batch.prompts, adapter.finish(batch, results), seconds, None
+    with ForwardTimer(network, adapter.device) as forwards:
+        results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
+    return batch.prompts, adapter.finish(batch, results), seconds, forwards.seconds()
 
 
 def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
-                  rank: int) -> dict[str, Any]:
-    """The measurement fields of one sample; a batch's time is split evenly across its rows."""
+                  rank: int, forward_seconds: float | None = None) -> dict[str, Any]:
+    """The measurement fields of one sample; a batch's time (and its time inside forwards) is split evenly across
+    its rows."""
     return {
         "prompt": prompt,
         **dataclasses.asdict(generation),
         "latency_s": seconds / batch_size,
+        "forward_s": None if forward_seconds is None else forward_seconds / batch_size,
         "batch_latency_s": seconds,
         "batch_size": batch_size,
         "warmup": warmup,
@@ -104,7 +113,7 @@ def generate_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Gene
     reset_peak_memory(adapter.device)
     warm = warmup_batches(settings.warmup, settings.batch_size)
     for index, positions in enumerate(same_canvas_batches(requests, settings.batch_size)):
-        prompts, generations, seconds = generate_timed(adapter, config, [requests[i] for i in positions])
-        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), index < warm, settings.rank)
+        prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
+        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), index < warm, settings.rank,
+                                              forward_s)
                                 for prompt, gen in zip(prompts, generations)])
-

@@ -5,6 +5,7 @@
     <run>/store/<model>/<task>/shard-*     the resume store (harness.store); a run may keep it elsewhere
                                            (a sweep's points of one batch size share one)
     <run>/report.html, <run>/report_*      the HTML report and its tables (reports.html)
+    <run>/engine/<model>/                  an engine-served model's server log and launch record
 
 A bare results JSON (``some/name.json``) is read as a run whose samples would sit beside it.
 """
@@ -59,6 +60,10 @@ class RunFolder:
     @property
     def store_root(self) -> Path:
         return self.store_dir if self.store_dir is not None else self.root / "store"
+
+    def engine_path(self, model: str) -> Path:
+        """Where an adapter that runs an outside server keeps its files (given to its ``session``)."""
+        return self.root / "engine" / safe_name(model)
 
     def store(self, model: str, task: str, rank: int = 0) -> SampleStore:
         """This writer's shard of the resume store of one (model, task); loading reads every shard."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from harness.aggregate import aggregate
+from harness.attribution import attribution_table
 from harness.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.manifest import environment
 from harness.ranks import DistContext
@@ -162,8 +164,11 @@ class Runner:
             adapter = self.adapter(spec)
             jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
         if not s.rescore:
-            for job in jobs:
-                self.generate(job)
+            for adapter, model_jobs in itertools.groupby(jobs, key=lambda job: job.adapter):
+                # An engine server lives as long as its model's jobs; its files go to the run folder.
+                with adapter.session(self.folder.engine_path(adapter.name)):
+                    for job in model_jobs:
+                        self.generate(job)
         wait_for_ranks()
         if not self.dist.is_main:
             return None
@@ -176,6 +181,7 @@ class Runner:
             },
             "results": [self.score(job) for job in jobs],
         }
+        payload["attribution"] = attribution_table(payload["results"])
         self.folder.write_results(payload)
         return payload
 
@@ -236,6 +242,7 @@ class Runner:
                 "seed": s.seed,
                 "limit": s.limit,
                 "n_planned": len(job.planned),
+                **job.adapter.run_manifest(self.folder.engine_path(job.spec.name)),
             },
             **summary,
         }

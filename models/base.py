@@ -11,9 +11,11 @@ the checkpoint's token ids are filled at decode time, so planning never loads th
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -222,6 +224,17 @@ class ModelAdapter(ABC):
     @abstractmethod
     def eos_ids(self) -> list[int]:
         """End-of-sequence ids: generation stops (or is cut) at the first of these."""
+
+    # ---- lifecycle (adapters that own an outside process, e.g. an engine server) -----------------------------
+    def session(self, files: Path) -> contextlib.AbstractContextManager:
+        """Entered by the runner around this model's jobs; an adapter that starts something stops it on exit and
+        keeps its files (logs) in ``files``, a folder of the run given by the runner."""
+        return contextlib.nullcontext()
+
+    def run_manifest(self, files: Path) -> dict[str, Any]:
+        """Extra manifest entries for this model's results (an engine's name, version and launch arguments), read
+        from the folder its ``session`` kept its files in."""
+        return {}
 
     def generate(self, requests: Sequence[GenerationRequest], config: ModelConfig | None = None) -> list[Generation]:
         """Convenience for callers that do not time: prepare, decode and finish in one call."""

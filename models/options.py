@@ -13,10 +13,18 @@ import dataclasses
 import math
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from models.decoders.contract import FILLED, ConfigError
+
+KEYED = "keyed"  # field metadata: False for an option that says how to run, never what comes out
+
+
+def runtime_field(default: Any) -> Any:
+    """An option that says where or how long to run (a server, a timeout), never what is generated: typed and set
+    like any other, but left out of ``record``, so a changed value keeps every stored sample valid."""
+    return field(default=default, metadata={KEYED: False})
 
 
 @dataclass(frozen=True)
@@ -161,9 +169,9 @@ def option(config: Any, name: str) -> Any:
 
 def record(config: Any) -> dict[str, Any]:
     """A config as a flat {leaf: value} dict for manifests and sample keys; token ids (the checkpoint's, filled
-    at decode time) are left out, the canvas is kept."""
+    at decode time) and runtime options are left out, the canvas is kept."""
     return {name: leaf.value for name, leaf in leaves(config).items()
-            if leaf.field.metadata.get(FILLED) != "token_id"}
+            if leaf.field.metadata.get(FILLED) != "token_id" and leaf.field.metadata.get(KEYED, True)}
 
 
 def describe(config: Any) -> list[str]:

@@ -23,6 +23,7 @@ ADAPTERS = {
     "llada-fastdllm": "models.adapters.llada:FastLLaDAAdapter",
     "dream": "models.adapters.dream:DreamAdapter",
     "dream-fastdllm": "models.adapters.dream:FastDreamAdapter",
+    "vllm": "models.adapters.vllm_engine:VLLMAdapter",
 }
 
 
@@ -103,6 +104,12 @@ MODELS: dict[str, ModelSpec] = {
                   "Llama-3-8B-Instruct, autoregressive baseline (greedy)", {"enable_thinking": None}),
         ModelSpec("tiny-qwen3", "ar", "tiny-qwen3", "offline: random tiny Qwen3 with a local tokenizer",
                   {"enable_thinking": False}),
+        ModelSpec("qwen3-vllm", "vllm", "Qwen/Qwen3-8B",
+                  "Qwen3-8B served by vLLM, the engine baseline (greedy, thinking off; needs server_python or "
+                  "DLLM_VLLM_PYTHON)", {"enable_thinking": False}),
+        ModelSpec("tiny-qwen3-vllm", "vllm", "tiny-qwen3-h32",
+                  "offline: random tiny Qwen3 (head_dim 32, servable by vLLM-CPU) served by vLLM",
+                  {"enable_thinking": False}),
         ModelSpec("refusion", "refusion", "GSAI-ML/ReFusion",
                   "ReFusion, slot-level plan-and-infill on Qwen3-8B (eval.py defaults; --preset paper per task)",
                   presets={"paper": REFUSION_PAPER}),
@@ -137,15 +144,20 @@ MODELS: dict[str, ModelSpec] = {
 }
 
 
+AD_HOC_PREFIXES = {"hf:": "ar", "vllm:": "vllm"}
+
+
 def model_names() -> list[str]:
     return list(MODELS)
 
 
 def spec_for(name: str) -> ModelSpec:
-    """A registry entry, or an ad-hoc autoregressive entry for ``hf:<hub id or local path>``."""
-    if name.startswith("hf:"):
-        ref = name[3:]
-        return ModelSpec(name, "ar", ref, f"autoregressive model {ref}", {"enable_thinking": None})
+    """A registry entry, or an ad-hoc autoregressive entry for ``hf:<hub id or local path>`` (transformers) or
+    ``vllm:<hub id or local path>`` (served by vLLM)."""
+    for prefix, kind in AD_HOC_PREFIXES.items():
+        if name.startswith(prefix):
+            ref = name[len(prefix):]
+            return ModelSpec(name, kind, ref, f"autoregressive model {ref}", {"enable_thinking": None})
     return MODELS[name]
 
 

@@ -67,6 +67,11 @@ def _write_qwen3(folder: Path, tokenizer, seed: int, extra_config: dict | None =
     model.save_pretrained(folder)
 
 
+def _write_qwen3_h32(folder: Path, tokenizer, seed: int) -> None:
+    """tiny-qwen3 with 32-wide heads: vLLM's CPU attention serves head sizes 32, 64, 80, ... only."""
+    _write_qwen3(folder, tokenizer, seed, {"head_dim": 32})
+
+
 def _write_refusion(folder: Path, tokenizer, seed: int) -> None:
     ids = tokenizer.convert_tokens_to_ids
     _write_qwen3(folder, tokenizer, seed,
@@ -119,6 +124,7 @@ def _write_dream(folder: Path, tokenizer, seed: int) -> None:
 
 TINY_MODELS: dict[str, TinyModel] = {
     "tiny-qwen3": TinyModel("tiny-qwen3", QWEN3_TOKENIZER, _write_qwen3),
+    "tiny-qwen3-h32": TinyModel("tiny-qwen3-h32", QWEN3_TOKENIZER, _write_qwen3_h32),
     "tiny-refusion": TinyModel("tiny-refusion", REFUSION_TOKENIZER, _write_refusion),
     "tiny-llada": TinyModel("tiny-llada", LLADA_TOKENIZER, _write_llada),
     "tiny-dream": TinyModel("tiny-dream", DREAM_TOKENIZER, _write_dream),

@@ -20,6 +20,7 @@ from harness.aggregate import TOKEN_DEFINITION
 from harness.files import write_atomic
 from harness.run_folder import Run, RunFolder
 from reports import figures
+from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
 from reports.report_data import ReportData, gather
 from reports.published import SOURCE, PublishedCell, published_table
@@ -127,6 +128,7 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
             "forwards": figures.forwards_bars(data),
         },
         "speed": table_view(speed_frame(data), 3),
+        "attribution": table_view(attribution_frame(data), 2),
         "diagnostics": table_view(diagnostics_frame(data), 1),
         "published": table_view(published_frame(data)),
         "published_reference": table_view(published_reference_frame()),
