@@ -128,11 +128,12 @@ def row_mask(req: Request, length: int, width: int, key_len: int, device: torch.
         groups[:n] = torch.tensor(req.groups, device=device)
     else:
         groups[:n] = 0
+    committed = length if req.groups is None else req.committed  # a plain request sees its whole cache
     mask = torch.zeros(width, key_len, dtype=torch.bool, device=device)
-    mask[:, :req.committed] = True
-    if length > req.committed:
+    mask[:, :committed] = True
+    if length > committed:
         owners = torch.tensor(req.owners, device=device)
-        mask[:, req.committed:length] = owners[None, :] == groups[:, None]
+        mask[:, committed:length] = owners[None, :] == groups[:, None]
     new = torch.ones(width, width, dtype=torch.bool, device=device).tril() & (groups[:, None] == groups[None, :])
     mask[:, length:length + width] = new
     return mask
