@@ -54,7 +54,7 @@ class NativeStepper:
 
     def __init__(self, network: torch.nn.Module, batch: int, capacity: int, forward: Any = None) -> None:
         self.network, self.cache = network, network.new_cache(batch, capacity)
-        self._call = forward or network  # a torch.compile'd forward, when asked for
+        self._call = network if forward is None else forward  # a torch.compile'd forward, when asked for
 
     @property
     def batch(self) -> int:
