@@ -13,6 +13,7 @@ Sections:
   3. tokens/s at several batch sizes (prompts of different lengths, 90% acceptance).
 
     python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--reference PATH]
+                                  [--sections 1 2 3]
 """
 
 from __future__ import annotations
@@ -199,12 +200,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reference", default=None, help="path to a checkout of the published ReFusion code")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="which sections to run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# ReFusion benchmark: tiny-refusion, fp32, CPU, {args.threads} thread(s), {args.rounds} rounds")
     with torch.no_grad():
-        ratios = {"wall vs published": section_reference(args), "per-token 1024/128 at 90%": section_canvas(args),
-                  "batch 8 / batch 1 tokens/s": section_batch(args)}
+        ratios = {"wall vs published": section_reference(args) if 1 in args.sections else None,
+                  "per-token 1024/128 at 90%": section_canvas(args) if 2 in args.sections else None,
+                  "batch 8 / batch 1 tokens/s": section_batch(args) if 3 in args.sections else None}
     print("\n## targets")
     for name, value in ratios.items():
         target = TARGETS[name]
