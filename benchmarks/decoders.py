@@ -31,12 +31,12 @@ from typing import Callable
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from models.decoders.ar import ar_generate
-from models.decoders.fastdllm_modes import fastdllm_generate, mode_config
+from fastdllm_modes import fastdllm_generate, mode_config
+from models.decoders.ar import ARConfig, ar_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
-from models.decoders.refusion import RefusionConfig, refusion_generate
+from models.decoders.refusion import RefusionConfig, refusion_decode_row
 
 OUTSIDE_SHARE_TARGET = 0.20
 FLAT_RATIO_TARGET = 1.5
@@ -113,11 +113,11 @@ def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
         block = min(args.block_length, canvas)
         cfg = RefusionConfig(gen_length=canvas, slot_size=args.slot_size, serial_num_blocks=canvas // block,
                              slot_threshold=0.9, token_threshold=0.9, mask_id=mask_id, eos_id=no_eos)
-        return len(refusion_generate(network, prompt, cfg).token_ids)
+        return len(refusion_decode_row(network, prompt, cfg).token_ids)
 
     def ar_greedy(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
-        result = ar_generate(network, prompt, torch.ones_like(prompt), canvas, [no_eos], pad_id=0)[0]
-        return len(result.token_ids)
+        cfg = ARConfig(max_new_tokens=canvas, eos_ids=(no_eos,), pad_id=0)
+        return len(ar_generate(network, prompt, torch.ones_like(prompt), cfg).rows[0].token_ids)
 
     return [DecoderRow("refusion", refusion), DecoderRow("ar-greedy", ar_greedy)]
 
@@ -137,7 +137,8 @@ def build_tiny_diffusion(kind: str, args: argparse.Namespace) -> torch.nn.Module
 
 def diffusion_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
     """LLaDA / Dream plain and with Fast-dLLM's caches and threshold (block 32), as rows named "<kind> <mode>"."""
-    ids = {"mask_id": args.vocab - 1, "eos_id": args.vocab}
+    ids = {"mask_id": args.vocab - 1} | ({"eos_ids": (args.vocab,)} if kind == "dream" else
+                                         {"eos_id": args.vocab, "eot_id": args.vocab + 1})
 
     def row(mode: str) -> DecoderRow:
         def decode(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:

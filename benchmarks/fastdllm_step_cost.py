@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from models.decoders.fastdllm import Padding, full_forward, window_forward
-from models.decoders.fastdllm_modes import BENCH_MODES, benchmark_decoders
+from fastdllm_modes import BENCH_MODES, benchmark_decoders
 from models.networks.common import KVCache
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
@@ -107,7 +107,7 @@ def decode_rows(kind: str, network: torch.nn.Module, args: argparse.Namespace, d
     that each run every mode once (so load from other processes hits them alike); the median time is kept."""
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, args.vocab - 1, (1, args.prompt), generator=gen).to(device)
-    ids = dict(mask_id=args.vocab - 1, eos_id=0) | ({} if kind == "dream" else dict(eot_id=1))
+    ids = dict(mask_id=args.vocab - 1) | (dict(eos_ids=(0,)) if kind == "dream" else dict(eos_id=0, eot_id=1))
     for run in benchmark_decoders(kind, network, prompt, args.block, args.block, **ids).values():
         run()
     decoders = benchmark_decoders(kind, network, prompt, args.decode_canvas, args.block, BENCH_MODES, **ids)

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from models.decoders.refusion import RefusionConfig, refusion_generate, refusion_generate_batch
+from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
 
@@ -116,8 +116,8 @@ def section_reference(args) -> float | None:
     prompts = make_prompts(3)
     reference, why = load_reference(args.reference)
     rows: dict[str, Callable[[], list[list[int]]]] = {
-        "project, native network": lambda: [refusion_generate(native, p[None], cfg).token_ids for p in prompts],
-        "project, transformers network": lambda: [refusion_generate(hf, p[None], cfg).token_ids for p in prompts],
+        "project, native network": lambda: [refusion_decode_row(native, p[None], cfg).token_ids for p in prompts],
+        "project, transformers network": lambda: [refusion_decode_row(hf, p[None], cfg).token_ids for p in prompts],
     }
     if reference is not None:
         class Tok:
@@ -162,10 +162,10 @@ def section_canvas(args) -> float:
                 for c in args.canvas}
         times = {c: [] for c in args.canvas}
         for c in args.canvas:
-            refusion_generate(native, prompt[None], cfgs[c])  # warm-up
+            refusion_decode_row(native, prompt[None], cfgs[c])  # warm-up
         for _ in range(args.rounds):
             for c in args.canvas:
-                times[c].append(timed(lambda: refusion_generate(native, prompt[None], cfgs[c]))[0] / c * 1e3)
+                times[c].append(timed(lambda: refusion_decode_row(native, prompt[None], cfgs[c]))[0] / c * 1e3)
         per_token[regime] = {c: statistics.median(t) for c, t in times.items()}
         cells = "".join(f"{statistics.median(t):9.3f} [{min(t):.2f}-{max(t):.2f}]" for t in times.values())
         print(f"  {regime:8s}{cells}")
@@ -180,10 +180,10 @@ def section_batch(args) -> float | None:
     prompts = make_prompts(max(args.batches))
     times = {b: [] for b in args.batches}
     for b in args.batches:
-        refusion_generate_batch(native, prompts[:b], cfg)  # warm-up
+        refusion_decode_rows(native, prompts[:b], cfg)  # warm-up
     for _ in range(args.rounds):
         for b in args.batches:
-            times[b].append(timed(lambda: refusion_generate_batch(native, prompts[:b], cfg))[0])
+            times[b].append(timed(lambda: refusion_decode_rows(native, prompts[:b], cfg))[0])
     print(f"\n## 3. tokens/s by batch size (canvas {args.batch_canvas}, 90% acceptance, native network)")
     rate = {}
     for b, t in times.items():

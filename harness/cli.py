@@ -1,4 +1,5 @@
-"""Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``.
+"""Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``,
+``run_eval.py sweep ...`` (runs, then writes its frontier: this is the one module that both runs and reports).
 
 Every mistake a user can make on the command line ends in one line on stderr and exit status 2.
 """
@@ -6,17 +7,14 @@ Every mistake a user can make on the command line ends in one line on stderr and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.errors import UsageError
+
 USAGE_ERROR = 2
-
-
-class UsageError(ValueError):
-    """Bad command-line input; the message is one line for the user."""
 
 
 def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = False) -> tuple[str, ...]:
@@ -35,17 +33,9 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
     return names
 
 
-def parse_value(text: str) -> Any:
-    """JSON literals (numbers, true/false/null, quoted strings, lists); anything else stays a string."""
-    lowered = {"none": "null", "true": "true", "false": "false"}.get(text.lower(), text)
-    try:
-        return json.loads(lowered)
-    except json.JSONDecodeError:
-        return text
-
-
 def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``MODEL.KEY=VALUE`` items; a bare ``KEY=VALUE`` applies to every model of the run."""
+    """``MODEL.KEY=VALUE`` items; a bare ``KEY=VALUE`` applies to every model of the run. Values stay strings:
+    ``models.options`` types and checks them against each model's config."""
     out: dict[str, dict[str, Any]] = {m: {} for m in models}
     for item in items:
         target, sep, value = item.partition("=")
@@ -54,12 +44,12 @@ def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, d
         model, dot, key = target.rpartition(".")
         if not dot:
             for m in models:
-                out[m][key] = parse_value(value)
+                out[m][key] = value
         elif model not in out:
             raise UsageError(f"--model-arg {item!r} names model {model!r}, which is not in --models "
                              f"({', '.join(models)})")
         else:
-            out[model][key] = parse_value(value)
+            out[model][key] = value
     return out
 
 
@@ -74,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run_eval.py",
         description="Evaluate diffusion and autoregressive language models side by side: accuracy and speed.",
-        epilog="Subcommands: `run_eval.py report RUN [RUN ...]` and `run_eval.py gate --baseline B --candidate C`.",
+        epilog="Subcommands: `run_eval.py report RUN [RUN ...]`, `run_eval.py gate --baseline B --candidate C` and "
+               "`run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
     p.add_argument("--models", help="comma-separated model names, or hf:<hub id or local path>")
@@ -99,20 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def list_registry() -> str:
-    import dataclasses
-
-    from models.registry import MODELS, adapter_class
+    from models.registry import MODELS, describe_options
     from tasks.registry import make_task, task_names
 
     lines = ["models:"]
     for spec in MODELS.values():
         presets = f"  presets: {', '.join(spec.presets)}" if spec.presets else ""
-        lines.append(f"  {spec.name:<18} {spec.ref:<40} {spec.description}{presets}")
-    lines.append("  hf:<id or path>    any causal LM on the autoregressive adapter")
-    lines.append("decoding options (--model-arg MODEL.KEY=VALUE), with the defaults of each adapter:")
+        lines.append(f"  {spec.name:<20} {spec.ref:<38} {spec.description}{presets}")
+    lines.append("  hf:<id or path>      any causal LM on the autoregressive adapter")
+    lines.append("options (--model-arg MODEL.KEY=VALUE; gen_length (int) sets the canvas), defaults of each kind:")
     for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
-        options = dataclasses.asdict(adapter_class(kind).config_class())
-        lines.append(f"  {kind:<18} " + ", ".join(f"{k}={v}" for k, v in options.items()))
+        lines.append(f"  {kind:<18} " + ", ".join(describe_options(kind)))
     lines.append("tasks:")
     for name in task_names():
         task = make_task(name)
@@ -124,7 +112,7 @@ def list_registry() -> str:
 
 def settings_from_args(args: argparse.Namespace):
     from harness.runner import RunSettings
-    from models.registry import model_names
+    from models.registry import model_names, preset_names
     from tasks.registry import task_names
 
     if not args.models or not args.tasks:
@@ -136,6 +124,9 @@ def settings_from_args(args: argparse.Namespace):
             raise UsageError(f"{flag} must be at least 1, got {value}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if args.preset is not None and args.preset not in preset_names(models):
+        raise UsageError(f"unknown preset {args.preset}; valid presets for these models: "
+                         f"{', '.join(preset_names(models)) or 'none'}")
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
     return RunSettings(
@@ -147,10 +138,10 @@ def settings_from_args(args: argparse.Namespace):
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    from harness.runner import RunError
-    from models.base import ConfigError
+    from harness.errors import RunError
+    from models.decoders.contract import ConfigError
     from models.loading import ModelLoadError
-    from tasks.data import DataError
+    from tasks.records import DataError
 
     return (UsageError, RunError, ConfigError, ModelLoadError, DataError)
 
@@ -170,20 +161,21 @@ def run_main(argv: Sequence[str]) -> int:
         return 0
     quiet_libraries()
     from harness import distributed
+    from harness.ranks import context_from_env
     from harness.runner import Runner
     from harness.summary import summary_table
 
     settings = settings_from_args(args)
-    ctx = distributed.context_from_env()
+    ctx = context_from_env()
     runner = Runner(settings, ctx)
     distributed.start(ctx, runner.device)
     try:
-        payload = runner.run()
+        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
     finally:
         distributed.stop(ctx)
     if payload is not None:
         print(summary_table(payload["results"]))
-        print(f"results: {settings.output / 'results.json'}")
+        print(f"results: {runner.folder.results_path}")
         print(write_run_report(settings.output))
     return 0
 
@@ -198,10 +190,57 @@ def write_run_report(output: Path) -> str:
         return f"report not written: {error} (retry with: run_eval.py report {output})"
 
 
+def sweep_main(argv: Sequence[str]) -> int:
+    from harness import distributed
+    from harness.generation import resolve_device
+    from harness.ranks import context_from_env
+    from harness.sweep import SweepSpec, parse_grids, parse_reference, run_sweep
+    from harness.sweep_parser import build_sweep_parser, list_sweep
+
+    try:
+        args = build_sweep_parser(build_parser()).parse_args(list(argv))
+    except SystemExit as done:  # --help
+        return int(done.code or 0)
+    if args.list:
+        print(list_sweep(list_registry()))
+        return 0
+    quiet_libraries()
+    if not args.grid:
+        raise UsageError("give at least one --grid (e.g. --grid tiny-refusion.slot_size=4,8 or --grid batch_size=1,4)")
+    if not 0 < args.alpha < 1:
+        raise UsageError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    base = settings_from_args(args)
+    root = args.output or default_output(("sweep", *base.models), base.tasks)
+    spec = SweepSpec(parse_grids(args.grid, base.models), parse_reference(args.reference, base.models), args.alpha)
+    ctx = context_from_env()
+    distributed.start(ctx, resolve_device(base.device, ctx.local_rank))
+    try:
+        run_sweep(spec, base, root, ctx, wait_for_ranks=lambda: distributed.wait_for_all(ctx))
+    finally:
+        distributed.stop(ctx)
+    if ctx.is_main:
+        print(write_frontier_files(root))
+    return 0
+
+
+def write_frontier_files(root: Path) -> str:
+    """The frontier page and tables; a page that fails does not fail the sweep (every point's results are written)."""
+    from reports.frontier import build_frontier
+    from reports.frontier_page import write_frontier
+
+    try:
+        frontier = build_frontier(root)
+        html = write_frontier(root, frontier)
+    except (ValueError, OSError) as error:
+        return f"frontier not written: {error} (rerun the same sweep command: finished points are skipped)"
+    lines = [h.text for h in frontier.headlines] + list(frontier.crossovers["text"]) + list(frontier.notes)
+    return "\n".join(lines + [f"frontier: {html} (table: {html.with_suffix('.csv')})"])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:
-        from reports.cli import main_report
+        from reports.command import main_report
 
         return main_report(argv[1:])
     if argv[:1] == ["gate"]:
@@ -209,6 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return main_gate(argv[1:])
     try:
+        if argv[:1] == ["sweep"]:  # the run's options plus grids: the run's error handling
+            return sweep_main(argv[1:])
         return run_main(argv)
     except user_errors() as error:
         print(f"error: {error}", file=sys.stderr)

@@ -6,36 +6,17 @@ scores and aggregates everything. The store is keyed by content, so a rerun may 
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from harness.errors import RunError
+from harness.ranks import DistContext
+
 WAIT_FOR_RANKS = timedelta(hours=24)  # ranks finish at different times; torchrun itself reports a dead rank
-
-
-@dataclass(frozen=True)
-class DistContext:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def active(self) -> bool:
-        return self.world_size > 1
-
-
-def context_from_env() -> DistContext:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return DistContext(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def start(ctx: DistContext, device: torch.device) -> None:
@@ -55,8 +36,6 @@ def wait_for_all(ctx: DistContext) -> None:
     try:
         dist.monitored_barrier(group=group, timeout=WAIT_FOR_RANKS, wait_all_ranks=True)
     except RuntimeError as error:
-        from harness.runner import RunError
-
         raise RunError(f"rank {ctx.rank}: not every rank finished ({str(error).splitlines()[0]}); finished samples "
                        f"are kept in the store, rerun the same command to resume") from None
 

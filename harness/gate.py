@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import pandas as pd
-from scipy import stats as scipy_stats
 
-from harness.compare import Run, RunLoadError, describe_value, field_differences, load_run, load_samples
-from harness.stats import holm_adjust, mcnemar_exact
+from harness.compare import describe_value, field_differences
+from harness.run_folder import Run, RunLoadError, load_run
+from harness.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
+from harness.stats import holm_adjust
 
 PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 2
 
@@ -40,24 +41,6 @@ class GateSettings:
     max_tps_drop: float = 0.10  # fraction of the baseline's tokens/s
     alpha: float = 0.05
     tasks: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True)
-class AccuracyTest:
-    """One accuracy comparison before multiple-testing correction."""
-
-    n_baseline: int
-    n_candidate: int
-    baseline: float  # mean of the primary metric, 0..1 (over the paired items when paired)
-    candidate: float
-    test: str
-    p_value: float
-    right_to_wrong: int | None = None
-    wrong_to_right: int | None = None
-
-    @property
-    def delta_points(self) -> float:
-        return 100.0 * (self.candidate - self.baseline)
 
 
 @dataclass(frozen=True)
@@ -89,78 +72,6 @@ class GateReport:
     @property
     def failed(self) -> bool:
         return any(r.accuracy_regression or r.speed_regression for r in self.rows)
-
-
-# --- accuracy tests -------------------------------------------------------------------------------------------------
-
-def _is_binary(values: Sequence[float]) -> bool:
-    return all(v in (0.0, 1.0) for v in values)
-
-
-def paired_test(pairs: Sequence[tuple[float, float]]) -> AccuracyTest:
-    """Exact McNemar on the discordant pairs for 0/1 scores; a paired t-test for graded scores."""
-    n = len(pairs)
-    base = [b for b, _ in pairs]
-    cand = [c for _, c in pairs]
-    mean_b, mean_c = sum(base) / n, sum(cand) / n
-    if _is_binary(base) and _is_binary(cand):
-        r2w = sum(1 for b, c in pairs if b == 1.0 and c == 0.0)
-        w2r = sum(1 for b, c in pairs if b == 0.0 and c == 1.0)
-        return AccuracyTest(n, n, mean_b, mean_c, "McNemar exact (paired)", mcnemar_exact(r2w, w2r), r2w, w2r)
-    diffs = [c - b for b, c in pairs]
-    if n < 2 or all(d == diffs[0] for d in diffs):
-        p = 1.0 if all(d == 0 for d in diffs) or n < 2 else 0.0
-    else:
-        p = float(scipy_stats.ttest_rel(cand, base).pvalue)
-    return AccuracyTest(n, n, mean_b, mean_c, "paired t (graded scores)", p)
-
-
-def looks_binary(summary: dict[str, Any]) -> bool:
-    """Whether a metric summary came from 0/1 scores: then its stderr is exactly sqrt(p(1-p)/(n-1))."""
-    p, n, stderr = summary.get("value"), summary.get("n"), summary.get("stderr")
-    if p is None or not n:
-        return False
-    if n == 1 or stderr is None or (isinstance(stderr, float) and math.isnan(stderr)):
-        return p in (0.0, 1.0)
-    expected = math.sqrt(p * (1 - p) / (n - 1))
-    return abs(stderr - expected) <= 1e-6 * max(1.0, expected) and abs(p * n - round(p * n)) < 1e-6
-
-
-def unpaired_test(base: dict[str, Any], cand: dict[str, Any]) -> AccuracyTest:
-    """Fisher's exact test on right/wrong counts for 0/1 metrics; a Welch z-test on mean ± stderr otherwise."""
-    nb, nc = int(base["n"]), int(cand["n"])
-    pb, pc = float(base["value"]), float(cand["value"])
-    if looks_binary(base) and looks_binary(cand):
-        kb, kc = round(pb * nb), round(pc * nc)
-        p = float(scipy_stats.fisher_exact([[kb, nb - kb], [kc, nc - kc]]).pvalue)
-        return AccuracyTest(nb, nc, pb, pc, "Fisher exact (unpaired)", p)
-    se = math.sqrt(float(base.get("stderr") or 0.0) ** 2 + float(cand.get("stderr") or 0.0) ** 2)
-    if se == 0 or math.isnan(se):
-        p = 1.0 if pc == pb else 0.0
-    else:
-        p = float(2 * scipy_stats.norm.sf(abs(pc - pb) / se))
-    return AccuracyTest(nb, nc, pb, pc, "Welch z (unpaired)", p)
-
-
-def pair_by_doc(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]], metric: str,
-                where: str) -> list[tuple[float, float]]:
-    """(baseline score, candidate score) for every item both runs scored, in baseline order."""
-    def by_doc(records: Sequence[dict[str, Any]], side: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for r in records:
-            doc = str(r["doc_id"])
-            if doc in out:
-                raise GateError(f"{where}: {side} has doc_id {doc} twice")
-            if metric not in r["scores"]:
-                raise GateError(f"{where}: a {side} sample of doc_id {doc} has no score {metric}")
-            out[doc] = float(r["scores"][metric])
-        return out
-
-    b, c = by_doc(base, "baseline"), by_doc(cand, "candidate")
-    pairs = [(b[d], c[d]) for d in b if d in c]
-    if not pairs:
-        raise GateError(f"{where}: baseline and candidate share no items (doc_id), nothing to pair")
-    return pairs
 
 
 # --- comparing two runs ---------------------------------------------------------------------------------------------
@@ -200,8 +111,8 @@ def check_comparable(base: dict[str, Any], cand: dict[str, Any]) -> None:
 def accuracy_test(baseline: Run, candidate: Run, base: dict[str, Any], cand: dict[str, Any]) -> AccuracyTest:
     where = f"{base['model']} · {base['task']}"
     metric = base["primary_metric"]
-    base_samples = load_samples(baseline, base["model"], base["task"])
-    cand_samples = load_samples(candidate, cand["model"], cand["task"])
+    base_samples = baseline.samples(base["model"], base["task"])
+    cand_samples = candidate.samples(cand["model"], cand["task"])
     if base_samples and cand_samples:
         return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
     b, c = base["metrics"].get(metric), cand["metrics"].get(metric)
@@ -344,7 +255,7 @@ def main_gate(argv: list[str]) -> int:
         report = evaluate(baseline, candidate, settings)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    except (GateError, RunLoadError) as error:
+    except (GateError, PairingError, RunLoadError) as error:
         print(f"gate: error: {error}", file=sys.stderr)
         return NOT_COMPARABLE
     print(format_report(report))

@@ -1,8 +1,8 @@
 """The harness's adapters as lm-eval models: ``lm_eval --model refusion --model_args model=tiny-refusion ...``.
 
 lm-eval renders the prompt (through ``apply_chat_template`` below with ``--apply_chat_template``) and scores; the
-text comes from the same ``prepare``/``decode``/``finish`` as a harness run, with the decode call timed the same way
-(``harness.timing.timed``) and the same per-sample fields. Speed figures (``harness.aggregate.speed_figures``) go
+text comes from the harness run's own generation loop (``harness.generation``: seeding, batches, the timed decode,
+warm-up and the per-sample fields). Speed figures (``harness.aggregate.speed_figures``) go
 into lm-eval's results file under ``config.dllm_harness``, and also into a folder DIR as ``dllm_speed_<time>.json``
 plus per-sample ``dllm_speed_samples_<task>_<time>.jsonl``: DIR is ``speed_output=DIR``, else the environment
 variable ``DLLM_LMEVAL_SPEED_OUTPUT``, else lm-eval's ``--output_path`` when run from its command line.
@@ -18,24 +18,23 @@ adapter's config. The models generate only; loglikelihood requests fail with one
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from lm_eval.api.model import LM
 from tqdm import tqdm
 
+from harness.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.lmeval_speed import SpeedLog
-from harness.runner import resolve_device, seed_everything, with_run_seed
-from harness.generation import generate_timed, timing_record, warmup_batches
-from harness.timing import peak_memory_bytes, reset_peak_memory
+from harness.timing import peak_memory_bytes
 from models.base import GenerationRequest, Message
 from models.loading import parse_dtype
+from models.options import record
 from models.registry import load_adapter, model_names, spec_for
 from tasks.lmeval_bridge import DEFAULT_CANVAS, until_of
 
@@ -105,18 +104,6 @@ def ignored_gen_kwargs(gen_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Generation settings lm-eval asked for that the adapter's config decides instead (greedy ones are no-ops)."""
     return {k: v for k, v in gen_kwargs.items() if k not in APPLIED_GEN_KWARGS
             and not (k == "do_sample" and v is False) and not (k == "temperature" and v == 0)}
-
-
-def same_canvas_batches(pending: Sequence[Pending], size: int) -> Iterator[list[Pending]]:
-    """Consecutive requests, up to ``size`` at a time, never mixing canvas lengths (a decoder runs one canvas)."""
-    chunk: list[Pending] = []
-    for p in pending:
-        if chunk and (len(chunk) == size or p.request.canvas_tokens != chunk[0].request.canvas_tokens):
-            yield chunk
-            chunk = []
-        chunk.append(p)
-    if chunk:
-        yield chunk
 
 
 class HarnessLM(LM):
@@ -201,19 +188,15 @@ class HarnessLM(LM):
         return GenerationRequest(prompt=context, canvas_tokens=canvas, stop=until_of(gen_kwargs))
 
     def generate_task(self, task: str, pending: Sequence[Pending], bar: tqdm) -> list[str]:
-        """The harness runner's ``generate_missing`` loop, with the records kept for the speed log."""
+        """The harness's generation loop (as a run's), with the records kept for the speed log."""
         s = self.settings
-        seed_everything(s.seed)
-        reset_peak_memory(self._device)
-        warm_batches = warmup_batches(s.warmup, s.batch_size)
+        loop = LoopSettings(s.batch_size, s.warmup, s.seed, self.rank)
         texts, records = [], []
-        for index, chunk in enumerate(same_canvas_batches(pending, s.batch_size)):
-            prompts, generations, seconds = generate_timed(self.adapter, self.config, [p.request for p in chunk])
-            for p, prompt, gen in zip(chunk, prompts, generations):
-                texts.append(gen.text)
-                records.append({"task": task, "doc_id": p.doc_id,
-                                **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, self.rank)})
-            bar.update(len(chunk))
+        for batch in generate_batches(self.adapter, self.config, [p.request for p in pending], loop):
+            for i, record in zip(batch.indices, batch.records):
+                texts.append(record["text"])
+                records.append({"task": task, "doc_id": pending[i].doc_id, **record})
+            bar.update(len(batch.indices))
         self.speed.add(task, records)
         self.speed.set_peak_memory(task, peak_memory_bytes(self._device))
         return texts
@@ -225,7 +208,7 @@ class HarnessLM(LM):
             "model": self.spec.name,
             "model_ref": self.spec.ref,
             "identity": self.adapter.identity(),
-            "decoding": dataclasses.asdict(self.config),
+            "decoding": record(self.config),
             "batch_size": s.batch_size,
             "warmup": s.warmup,
             "seed": s.seed,

@@ -6,12 +6,12 @@ The per-sample records carry the fields the harness's runner stores (latency, to
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.aggregate import speed_figures
+from harness.files import write_json_atomic, write_jsonl_atomic
 from harness.store import safe_name
 
 
@@ -44,8 +44,8 @@ class SpeedLog:
         written = []
         for task, speed in self.tasks.items():
             path = folder / f"dllm_speed_samples_{safe_name(task)}_{stamp}.jsonl"
-            path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in speed.records), encoding="utf-8")
+            write_jsonl_atomic(path, speed.records)
             written.append(path)
         summary = folder / f"dllm_speed_{stamp}.json"
-        summary.write_text(json.dumps({**about, "speed": self.figures()}, indent=2, default=str), encoding="utf-8")
+        write_json_atomic(summary, {**about, "speed": self.figures()})
         return [summary, *written]

@@ -9,35 +9,27 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import random
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-import numpy as np
-import torch
 from tqdm import tqdm
 
-from harness import distributed
 from harness.aggregate import aggregate
-from harness.distributed import DistContext
-from harness.generation import generate_timed, timing_record, warmup_batches
+from harness.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.manifest import environment
-from harness.store import SampleStore, safe_name, sample_key
-from harness.timing import peak_memory_bytes, reset_peak_memory
+from harness.ranks import DistContext
+from harness.run_folder import RunFolder
+from harness.store import SampleStore, sample_key
+from harness.timing import peak_memory_bytes
 from models.base import GenerationRequest, Message, ModelAdapter
 from models.loading import parse_dtype
+from models.options import coerce, record
 from models.registry import ModelSpec, load_adapter, spec_for
 from tasks.base import Doc, Task, TaskPrompt
-from tasks.data import LoadedData
+from tasks.records import LoadedData
 from tasks.registry import make_task
-
-
-class RunError(RuntimeError):
-    """A run that cannot go on; the message is one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +50,7 @@ class RunSettings:
     model_args: dict[str, dict[str, Any]] = field(default_factory=dict)
     rescore: bool = False
     progress: bool = True
+    store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
 
 
 @dataclass(frozen=True)
@@ -66,22 +59,6 @@ class PlannedSample:
     prompt: TaskPrompt
     request: GenerationRequest
     key: str
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` is this rank's GPU when there is one (torchrun's LOCAL_RANK), else the CPU."""
-    if name == "auto":
-        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RunError(f"device {name} requested but CUDA is not available (use --device cpu)")
-    return device
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
@@ -94,17 +71,10 @@ def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
     return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas_tokens, stop=prompt.stop)
 
 
-def with_run_seed(config: Any, seed: int) -> Any:
-    """Samplers without an explicit seed take the run's seed, so sampled runs are reproducible too."""
-    if any(f.name == "seed" for f in dataclasses.fields(config)) and config.seed is None:
-        return dataclasses.replace(config, seed=seed)
-    return config
-
-
 def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, config: Any, canvas: int,
          seed: int) -> list[PlannedSample]:
     identity = adapter.identity()
-    decoding = dataclasses.asdict(config)
+    decoding = record(config)
     planned = []
     for doc in docs:
         prompt = task.prompt(doc)
@@ -124,17 +94,14 @@ def prompt_hash(planned: Sequence[PlannedSample]) -> str:
 def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[PlannedSample], store: SampleStore,
                      settings: RunSettings, label: str, rank: int = 0) -> None:
     """Generate every pending sample in batches; each finished batch is appended to the store before the next."""
-    warm_batches = warmup_batches(settings.warmup, settings.batch_size)
+    loop = LoopSettings(settings.batch_size, settings.warmup, settings.seed, rank)
     bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
-    for index, start in enumerate(range(0, len(pending), settings.batch_size)):
-        chunk = pending[start:start + settings.batch_size]
-        prompts, generations, seconds = generate_timed(adapter, config, [p.request for p in chunk])
-        records = [{"key": p.key, "doc_id": p.doc.id,
-                    **timing_record(prompt, gen, seconds, len(chunk), index < warm_batches, rank)}
-                   for p, prompt, gen in zip(chunk, prompts, generations)]
-        store.append(records)
-        bar.update(len(chunk))
+    for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
+        store.append([{"key": pending[i].key, "doc_id": pending[i].doc.id, **record}
+                      for i, record in zip(batch.indices, batch.records)])
+        bar.update(len(batch.indices))
     bar.close()
+    store.write_peak_memory(peak_memory_bytes(adapter.device))
 
 
 def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str, dict[str, Any]]) -> list[dict]:
@@ -155,31 +122,6 @@ def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str
     return samples
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a whole file or nothing: a crash never leaves a half-written results or samples file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-def write_jsonl_atomic(path: Path, records: Sequence[dict[str, Any]]) -> None:
-    write_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    write_atomic(path, json.dumps(payload, indent=2, default=str))
-
-
-def samples_path(output: Path, model: str, task: str) -> Path:
-    return output / "samples" / safe_name(model) / f"{safe_name(task)}.jsonl"
-
-
-def store_for(output: Path, model: str, task: str, rank: int) -> SampleStore:
-    return SampleStore(output / "store" / safe_name(model) / safe_name(task), shard=f"rank{rank}")
-
-
 @dataclass
 class Job:
     """One model × task of a run, planned: what to generate and under which keys."""
@@ -197,6 +139,7 @@ class Runner:
     def __init__(self, settings: RunSettings, dist_ctx: DistContext = DistContext()):
         self.settings = settings
         self.dist = dist_ctx
+        self.folder = RunFolder(settings.output, store_dir=settings.store_dir)
         self.device = resolve_device(settings.device, dist_ctx.local_rank)
         self.dtype = parse_dtype(settings.dtype, self.device)
 
@@ -207,20 +150,21 @@ class Runner:
                   f"items (pass --data hub to fail instead, or --data-dir for local files)")
         return data
 
-    def run(self) -> dict[str, Any] | None:
-        """Generate this rank's share of every job, wait for all ranks, then (rank 0) score and write results."""
+    def run(self, wait_for_ranks: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
+        """Generate this rank's share of every job, wait for all ranks (the launcher's barrier, given by the command
+        line), then (rank 0) score and write results."""
         s = self.settings
         tasks = [make_task(name) for name in s.tasks]
         data = {task.name: self.load_data(task) for task in tasks}
         jobs = []
         for name in s.models:
             spec = spec_for(name)
-            adapter = load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+            adapter = self.adapter(spec)
             jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
         if not s.rescore:
             for job in jobs:
                 self.generate(job)
-        distributed.wait_for_all(self.dist)
+        wait_for_ranks()
         if not self.dist.is_main:
             return None
         payload = {
@@ -232,19 +176,22 @@ class Runner:
             },
             "results": [self.score(job) for job in jobs],
         }
-        write_json_atomic(s.output / "results.json", payload)
+        self.folder.write_results(payload)
         return payload
 
+    def adapter(self, spec: ModelSpec) -> ModelAdapter:
+        return load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+
     def store(self, job: Job) -> SampleStore:
-        return store_for(self.settings.output, job.spec.name, job.task.name, self.dist.rank)
+        return self.folder.store(job.spec.name, job.task.name, self.dist.rank)
 
     def plan_job(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> Job:
         s = self.settings
         docs = task.docs(data.records)[: s.limit] if s.limit else task.docs(data.records)
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
         preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
-        canvas = s.gen_length or preset_canvas or task.canvas_tokens
-        config = with_run_seed(adapter.make_config(overrides), s.seed)
+        canvas = s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or task.canvas_tokens
+        config = with_run_seed(adapter.make_config(overrides, canvas), s.seed)  # validated here, before any decode
         return Job(spec, adapter, task, data, config, canvas, plan(task, docs, adapter, config, canvas, s.seed))
 
     def generate(self, job: Job) -> None:
@@ -257,11 +204,8 @@ class Runner:
         if not pending:
             return
         job.task.check_ready()
-        seed_everything(s.seed)
-        reset_peak_memory(self.device)
         label = f"{job.spec.name} · {job.task.name}" + (f" · rank {self.dist.rank}" if self.dist.active else "")
         generate_missing(job.adapter, job.config, pending, store, s, label, self.dist.rank)
-        store.write_peak_memory(peak_memory_bytes(self.device))
 
     def score(self, job: Job) -> dict[str, Any]:
         s = self.settings
@@ -272,7 +216,7 @@ class Runner:
             print(f"note: {job.spec.name} · {job.task.name}: {missing} of {len(job.planned)} samples not generated "
                   f"yet; scoring the {len(job.planned) - missing} stored")
         samples = score_samples(job.task, job.planned, stored)
-        write_jsonl_atomic(samples_path(s.output, job.spec.name, job.task.name), samples)
+        self.folder.write_samples(job.spec.name, job.task.name, samples)
         summary = aggregate(samples, job.task.primary_metric, s.batch_size, store.peak_memory())
         return {
             "model": job.spec.name,
@@ -280,7 +224,7 @@ class Runner:
             "manifest": {
                 "model_ref": job.spec.ref,
                 "model": job.adapter.identity(),
-                "decoding": dataclasses.asdict(job.config),
+                "decoding": record(job.config),
                 "preset": s.preset,
                 "task": job.task.describe(),
                 "task_version": job.task.version,

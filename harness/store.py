@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from harness.files import jsonl_text, read_jsonl
+
 
 def sample_key(**parts: Any) -> str:
     """A stable hash of everything that determines a generation (model, decoding config, prompt, seed, ...)."""
@@ -38,8 +40,9 @@ class SampleStore:
         if not self.folder.exists():
             return records
         for path in sorted(self.folder.glob("shard-*.jsonl")):
-            for record in _read_tolerant(path):
-                records.setdefault(record["key"], record)
+            for _, record in read_jsonl(path, tolerant=True):  # a torn last line: that sample is regenerated
+                if isinstance(record, dict) and "key" in record:
+                    records.setdefault(record["key"], record)
         return records
 
     def write_peak_memory(self, peak_bytes: int) -> None:
@@ -52,7 +55,7 @@ class SampleStore:
         return max(peaks, default=None)
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
-        lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        lines = jsonl_text(list(records))
         if not lines:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -61,19 +64,6 @@ class SampleStore:
             handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
-
-
-def _read_tolerant(path: Path) -> Iterable[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if not line.endswith("\n"):
-                return  # torn write from a killed process: the sample will be regenerated
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "key" in record:
-                yield record
 
 
 def _repair_torn_tail(path: Path) -> None:

@@ -3,16 +3,23 @@
 A model adapter turns chat messages into token ids (``prepare``), runs its decoder on them (``decode``, the only
 part the harness times) and turns the ids back into text (``finish``). It knows nothing about tasks: a request is
 messages, a canvas length and stop strings.
+
+Its configuration is a ``ModelConfig``: the chat-template options and the decoder's own frozen config. Options are
+typed and applied in ``models.options``; the canvas is set (and the config validated) once, where it is known;
+the checkpoint's token ids are filled at decode time, so planning never loads the tokenizer or the weights.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
+
+from models.decoders.contract import ConfigError, DecodeResult, Decoder, canvas_of
+from models.options import set_options
 
 if TYPE_CHECKING:
     from models.loading import ModelSource
@@ -35,16 +42,6 @@ class GenerationRequest:
 
 
 @dataclass(frozen=True)
-class DecodeResult:
-    """What a pure decoder returns for one row: committed ids after the prompt (up to and including the first
-    end-of-sequence id, in position order) and the forwards spent on this row (a batched forward split evenly)."""
-
-    token_ids: list[int]
-    nfe: float
-    hit_max_tokens: bool
-
-
-@dataclass(frozen=True)
 class Generation:
     """What the harness stores per request."""
 
@@ -58,29 +55,40 @@ class Generation:
     hit_max_tokens: bool
 
 
-@dataclass
+@dataclass(frozen=True)
+class TemplateOptions:
+    """How the chat template renders a prompt; not a decoder setting."""
+
+    enable_thinking: bool | None = None  # Qwen3-style templates only; None leaves the template's default
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How an adapter runs its network (which implementation, compiled or not); none by default. An adapter with
+    such choices subclasses this. They are options like any other and stay in sample keys: another implementation
+    of the same weights may flip a near-tie."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything that decides a model's output apart from its weights and the prompt."""
+
+    template: TemplateOptions
+    decoder: Any  # the decoder's frozen config (``Decoder.config_class``)
+    runtime: Any = dataclasses.field(default_factory=RuntimeOptions)  # the adapter's ``RuntimeOptions``
+
+
+@dataclass(frozen=True)
 class PreparedBatch:
-    """Token ids of a batch, ready for ``decode``. Left padded; ``attention_mask`` marks real tokens."""
+    """Token ids of a batch, ready for ``decode``. Left padded; ``attention_mask`` marks real tokens; ``config``
+    has this batch's canvas."""
 
     requests: Sequence[GenerationRequest]
     prompts: list[str]
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
-    config: Any
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class ConfigError(ValueError):
-    """A decoding configuration that cannot run; the message is one line meant for the user."""
-
-
-def apply_overrides(config: Any, overrides: dict[str, Any], owner: str) -> Any:
-    """Return ``config`` (a dataclass) with ``overrides`` applied; unknown keys raise ConfigError naming valid ones."""
-    valid = {f.name: f for f in dataclasses.fields(config)}
-    unknown = sorted(set(overrides) - set(valid))
-    if unknown:
-        raise ConfigError(f"unknown option {', '.join(unknown)} for {owner}; valid options: {', '.join(sorted(valid))}")
-    return dataclasses.replace(config, **overrides)
+    config: ModelConfig
+    canvas: int
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -95,12 +103,16 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 class ModelAdapter(ABC):
-    """Base class of every adapter. Subclasses set ``kind`` and ``config_class`` and provide ``tokenizer``,
-    ``eos_ids`` and ``decode``; weights are expected to load lazily, so planning and rescoring never pay for them."""
+    """Base class of every adapter. Subclasses set ``kind`` and ``decoder`` (and ``template`` defaults) and provide
+    ``tokenizer``, ``network``, ``eos_ids`` and ``token_ids``; weights load lazily, so planning and rescoring never
+    pay for them."""
 
     kind: str
-    config_class: type
+    decoder: Decoder
+    template: TemplateOptions = TemplateOptions()
+    runtime: RuntimeOptions = RuntimeOptions()
     tokenizer: Any
+    network: Any
 
     def __init__(self, name: str, source: "ModelSource", device: torch.device, dtype: torch.dtype,
                  defaults: dict[str, Any] | None = None):
@@ -108,20 +120,32 @@ class ModelAdapter(ABC):
         self.source = source
         self.device = device
         self.dtype = dtype
-        self._defaults = apply_overrides(self.config_class(), defaults or {}, name)
+        self._defaults = set_options(self.base_config(), defaults or {}, name)
 
     # ---- configuration -------------------------------------------------------------------------------------
-    def default_config(self) -> Any:
-        """The decoding configuration dataclass with this model's defaults."""
+    @classmethod
+    def base_config(cls) -> ModelConfig:
+        """The kind's configuration before any registry default: what its options are and their types."""
+        return ModelConfig(cls.template, cls.decoder.config_class(), cls.runtime)
+
+    def default_config(self) -> ModelConfig:
+        """This model's configuration with its registry defaults, before any canvas."""
         return self._defaults
 
-    def make_config(self, overrides: dict[str, Any] | None = None) -> Any:
-        config = apply_overrides(self.default_config(), overrides or {}, self.name)
-        self.validate_config(config)
-        return config
+    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
+        """The defaults with ``overrides`` (typed and checked); with ``canvas`` also resolved and validated. Without
+        one, ``prepare`` resolves it from the requests."""
+        config = set_options(self._defaults, overrides or {}, self.name)
+        return config if canvas is None else self.at_canvas(config, canvas)
 
-    def validate_config(self, config: Any) -> None:
-        """Raise ConfigError for combinations the decoder cannot run."""
+    def at_canvas(self, config: ModelConfig, canvas: int) -> ModelConfig:
+        """The config for one canvas length, checked: a combination the decoder cannot run fails here."""
+        decoder = self.decoder.at_canvas(config.decoder, canvas)
+        try:
+            self.decoder.validate(decoder)
+        except ConfigError as error:
+            raise ConfigError(f"{self.name}: {error}") from None
+        return dataclasses.replace(config, decoder=decoder)
 
     def identity(self) -> dict[str, Any]:
         """What identifies this model's outputs apart from the decoding config (weights and their dtype)."""
@@ -129,14 +153,14 @@ class ModelAdapter(ABC):
                 "dtype": str(self.dtype).removeprefix("torch.")}
 
     # ---- the three phases ----------------------------------------------------------------------------------
-    def render(self, request: GenerationRequest, config: Any) -> str:
-        """The prompt text: the request's own, or its messages through the model's chat template. A config field
-        ``enable_thinking`` (Qwen3-style templates) is passed on when it is not None."""
+    def render(self, request: GenerationRequest, config: ModelConfig) -> str:
+        """The prompt text: the request's own, or its messages through the model's chat template. The template
+        option ``enable_thinking`` (Qwen3-style templates) is passed on when it is not None."""
         if request.prompt is not None:
             return request.prompt
         messages = [{"role": m.role, "content": m.content} for m in request.messages]
         prefill = bool(messages) and messages[-1]["role"] == "assistant"
-        thinking = getattr(config, "enable_thinking", None)
+        thinking = config.template.enable_thinking
         kwargs = {} if thinking is None else {"enable_thinking": thinking}
         return self.tokenizer.apply_chat_template(
             messages,
@@ -146,7 +170,15 @@ class ModelAdapter(ABC):
             **kwargs,
         )
 
-    def prepare(self, requests: Sequence[GenerationRequest], config: Any) -> PreparedBatch:
+    def prepare(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> PreparedBatch:
+        canvases = sorted({r.canvas_tokens for r in requests})
+        if len(canvases) != 1:
+            raise ValueError(f"{self.name}: a batch decodes one canvas length, got {canvases}")
+        canvas, planned = canvases[0], canvas_of(config.decoder)
+        if planned is None:
+            config = self.at_canvas(config, canvas)
+        elif planned != canvas:
+            raise ValueError(f"{self.name}: the config was made for a {planned}-token canvas, the batch asks {canvas}")
         prompts = [self.render(r, config) for r in requests]
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = max(len(e) for e in encoded)
@@ -156,11 +188,22 @@ class ModelAdapter(ABC):
         for row, e in enumerate(encoded):
             ids[row, width - len(e):] = torch.tensor(e, dtype=torch.long)
             mask[row, width - len(e):] = 1
-        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config)
+        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas)
+
+    def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
+        """Run the decoder with the checkpoint's token ids filled in. This is the call the harness times; no
+        tokenisation happens here."""
+        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
+        network = self.network_for(batch.config.runtime)
+        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config).rows)
+
+    def network_for(self, runtime: RuntimeOptions) -> Any:
+        """The network a batch runs on; an adapter with runtime options picks it by them."""
+        return self.network
 
     @abstractmethod
-    def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
-        """Run the decoder. This is the call the harness times; no tokenisation happens here."""
+    def token_ids(self) -> dict[str, Any]:
+        """The decoder config's token-id fields, from the tokenizer (or the generation config)."""
 
     def finish(self, batch: PreparedBatch, results: Sequence[DecodeResult]) -> list[Generation]:
         out = []
@@ -199,16 +242,7 @@ class ModelAdapter(ABC):
     def eos_ids(self) -> list[int]:
         """End-of-sequence ids: generation stops (or is cut) at the first of these."""
 
-    def generate(self, requests: Sequence[GenerationRequest], config: Any | None = None) -> list[Generation]:
+    def generate(self, requests: Sequence[GenerationRequest], config: ModelConfig | None = None) -> list[Generation]:
         """Convenience for callers that do not time: prepare, decode and finish in one call."""
         batch = self.prepare(requests, config if config is not None else self.make_config())
         return self.finish(batch, self.decode(batch))
-
-
-def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:
-    """Keep ids up to and including the first end-of-sequence id; also say whether one was found."""
-    eos = set(eos_ids)
-    for i, t in enumerate(ids):
-        if t in eos:
-            return list(ids[: i + 1]), True
-    return list(ids), False

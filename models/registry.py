@@ -1,7 +1,12 @@
-"""The model registry: names a user can pass to ``--models``, with their checkpoints, defaults and presets."""
+"""The model registry: names a user can pass to ``--models``, with their checkpoints, defaults and presets.
+
+A new checkpoint of a known family is one ``ModelSpec`` line here; a new family is one adapter module plus one
+entry in ``ADAPTERS``.
+"""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,14 +15,24 @@ import torch
 from models.base import ModelAdapter
 from models.loading import resolve_source
 
+# kind -> "module:class" of its adapter; imported on demand, so listing the registry stays cheap.
+ADAPTERS = {
+    "ar": "models.adapters.ar:ARAdapter",
+    "refusion": "models.adapters.refusion:RefusionAdapter",
+    "llada": "models.adapters.llada:LLaDAAdapter",
+    "llada-fastdllm": "models.adapters.llada:FastLLaDAAdapter",
+    "dream": "models.adapters.dream:DreamAdapter",
+    "dream-fastdllm": "models.adapters.dream:FastDreamAdapter",
+}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    kind: str  # which adapter: "ar", "refusion", "llada", "dream"
+    kind: str  # a key of ADAPTERS
     ref: str  # hub id, local folder, or tiny recipe name
     description: str
-    defaults: dict[str, Any] = field(default_factory=dict)  # decoding defaults for every task
+    defaults: dict[str, Any] = field(default_factory=dict)  # options for every task (typed in models.options)
     presets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # preset -> task -> overrides
 
     def overrides_for(self, task: str, preset: str | None) -> dict[str, Any]:
@@ -60,8 +75,24 @@ REFUSION_PAPER = {
     }.items()
 }
 
-# Fast-dLLM's published setting (decoders.md §4.3): dual cache + parallel decoding, block 32, threshold 0.9.
-FASTDLLM = {"block_length": 32, "threshold": 0.9, "cache": "dual"}
+# LLaDA-1.5's own evaluation (decoders.md §2.3): (gen, block) per task, one token per step.
+LLADA_15_PAPER = {
+    task: {"gen_length": gen, "block_length": block, "confidence_eos_eot_inf": eos_inf}
+    for task, (gen, block, eos_inf) in {
+        "gsm8k": (256, 16, True),
+        "math": (1024, 128, True),
+        "gpqa": (256, 16, False),
+        "humaneval": (512, 32, True),
+        "mbpp": (512, 32, True),
+    }.items()
+}
+
+# Dream-Coder's README sampling (temperature 0.1, entropy, top_p 1.0, alg_temp 0, steps = max_new_tokens = 512);
+# its eos_penalty 3.0 has no counterpart in Dream's sampler and is not applied.
+DREAM_CODER = {"temperature": 0.1, "top_p": 1.0, "alg": "entropy", "alg_temp": 0.0}
+
+# Fast-dLLM's published setting (decoders.md §4.3) is the Fast-dLLM configs' own default: dual cache + parallel
+# decoding, block 32, threshold 0.9.
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -85,10 +116,17 @@ MODELS: dict[str, ModelSpec] = {
                   presets={"paper": DREAM_PAPER}),
         ModelSpec("tiny-dream", "dream", "tiny-dream", "offline: random tiny Dream with a local tokenizer",
                   presets={"paper": DREAM_PAPER}),
-        ModelSpec("llada-fastdllm", "llada", "GSAI-ML/LLaDA-8B-Instruct",
-                  "LLaDA-8B-Instruct with Fast-dLLM: dual cache, block 32, threshold 0.9", FASTDLLM),
-        ModelSpec("dream-fastdllm", "dream", "Dream-org/Dream-v0-Instruct-7B",
-                  "Dream-v0-Instruct-7B with Fast-dLLM: dual cache, block 32, threshold 0.9", FASTDLLM),
+        ModelSpec("llada-1.5", "llada", "GSAI-ML/LLaDA-1.5",
+                  "LLaDA-1.5 (LLaDA-8B-Instruct after VRPO), masked diffusion", presets={"paper": LLADA_15_PAPER}),
+        ModelSpec("dream-coder", "dream", "Dream-org/Dream-Coder-v0-Instruct-7B",
+                  "Dream-Coder-v0-Instruct-7B, masked diffusion for code (README sampling: T 0.1, entropy)",
+                  DREAM_CODER),
+        ModelSpec("llada-fastdllm", "llada-fastdllm", "GSAI-ML/LLaDA-8B-Instruct",
+                  "LLaDA-8B-Instruct with Fast-dLLM: dual cache, block 32, threshold 0.9"),
+        ModelSpec("tiny-llada-fastdllm", "llada-fastdllm", "tiny-llada", "offline: tiny LLaDA with Fast-dLLM"),
+        ModelSpec("dream-fastdllm", "dream-fastdllm", "Dream-org/Dream-v0-Instruct-7B",
+                  "Dream-v0-Instruct-7B with Fast-dLLM: dual cache, block 32, threshold 0.9"),
+        ModelSpec("tiny-dream-fastdllm", "dream-fastdllm", "tiny-dream", "offline: tiny Dream with Fast-dLLM"),
     ]
 }
 
@@ -105,19 +143,22 @@ def spec_for(name: str) -> ModelSpec:
     return MODELS[name]
 
 
+def preset_names(names: list[str] | tuple[str, ...] | None = None) -> list[str]:
+    """Presets any of ``names`` (default: every registry entry) defines."""
+    specs = [spec_for(n) for n in names] if names is not None else list(MODELS.values())
+    return sorted({preset for spec in specs for preset in spec.presets})
+
+
 def adapter_class(kind: str) -> type[ModelAdapter]:
-    """Adapters are imported on demand, so listing the registry stays cheap."""
-    if kind == "ar":
-        from models.ar import ARAdapter
+    module, _, name = ADAPTERS[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
 
-        return ARAdapter
-    if kind == "refusion":
-        from models.refusion import RefusionAdapter
 
-        return RefusionAdapter
-    from models.diffusion import DreamAdapter, LLaDAAdapter
+def describe_options(kind: str) -> list[str]:
+    """``name=default (type)`` of every option of one kind's adapter, for ``--list``."""
+    from models.options import describe
 
-    return {"llada": LLaDAAdapter, "dream": DreamAdapter}[kind]
+    return describe(adapter_class(kind).base_config())
 
 
 def load_adapter(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> ModelAdapter:

@@ -7,7 +7,6 @@ generation_config.json, safetensors, tokenizer files) and then loaded through ex
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -16,16 +15,11 @@ from typing import Callable
 
 import torch
 
+from harness.files import cache_root  # a leaf: tiny models and evalplus ground truth share one cache root
 from models.tokenizer import (DREAM_TOKENIZER, LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, TokenizerSpec,
                               build_tokenizer)
 
 FORMAT_VERSION = "1"
-
-
-def cache_root() -> Path:
-    """Where tiny models are written: $DLLM_HARNESS_CACHE, else ~/.cache/dllm-harness."""
-    env = os.environ.get("DLLM_HARNESS_CACHE")
-    return Path(env) if env else Path.home() / ".cache" / "dllm-harness"
 
 
 @dataclass(frozen=True)

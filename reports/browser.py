@@ -14,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from reports.data import ReportData
+from reports.report_data import ReportData
 
 # "correct" for the browser's filters: the primary score is at least this (0/1 metrics: right; graded: mostly right).
 CORRECT_AT = 0.5

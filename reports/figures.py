@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from reports.data import ReportData
+from reports.report_data import ReportData
 from reports.tables import mean_or_none, pct
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,16 +17,16 @@ import jinja2
 import pandas as pd
 
 from harness.aggregate import TOKEN_DEFINITION
-from harness.compare import Run
+from harness.files import write_atomic
+from harness.run_folder import Run, RunFolder
 from reports import figures
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
-from reports.data import ReportData, gather
-from reports.published import SOURCE, PublishedCell, paper_column, published_table
+from reports.report_data import ReportData, gather
+from reports.published import SOURCE, PublishedCell, published_table
 from reports.tables import (MANIFEST_COLUMNS, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
                             published_frame, published_reference_frame, speed_frame, write_tables)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-REPORT_NAME = "report.html"
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,7 @@ def published_rows(data: ReportData) -> dict[str, PublishedRow | None]:
             out[grid_row.label] = None
             continue
         paper = table[grid_row.published_row]
-        cells = tuple(paper.get(paper_column(t) or "") for t in data.tasks)
+        cells = tuple(paper.get(data.paper_columns.get(t) or "") for t in data.tasks)
         present = [c for c in cells if c is not None]
         average = (PublishedCell(mean_or_none([c.accuracy for c in present]),  # type: ignore[arg-type]
                                  mean_or_none([c.tokens_per_second for c in present]))  # type: ignore[arg-type]
@@ -116,7 +114,7 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
         "runs": [run_info(run) for run in data.runs],
         "labels": data.labels,
         "tasks": data.tasks,
-        "paper_columns": {t: paper_column(t) for t in data.tasks},
+        "paper_columns": data.paper_columns,
         "warnings": data.warnings,
         "baseline": data.baseline,
         "grid": paper_grid(data),
@@ -142,14 +140,6 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
     return make_environment().get_template("report.html.j2").render(**context)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes the file private; a report is meant to be shared
-    os.replace(tmp, path)
-
-
 def write_report(run_dirs: Sequence[Path], output_dir: Path, baseline_model: str | None = None,
                  limits: BrowserLimits = BrowserLimits()) -> Path:
     """Write report.html and its tables (report_*.csv, report_tables.md) into output_dir; returns the HTML's path.
@@ -158,9 +148,7 @@ def write_report(run_dirs: Sequence[Path], output_dir: Path, baseline_model: str
     """
     data = gather([Path(p) for p in run_dirs], baseline_model)
     html = render_report(data, limits)
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_tables(data, output_dir)
-    path = output_dir / REPORT_NAME
-    _write_atomic(path, html)
-    return path
+    folder = RunFolder(Path(output_dir))
+    write_tables(data, folder)
+    write_atomic(folder.report_path, html, errors="replace")  # whatever a model wrote, the page is written
+    return folder.report_path

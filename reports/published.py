@@ -1,12 +1,12 @@
-"""The ReFusion paper's published Table 1 (arXiv 2512.13586), and how harness names map onto its rows and columns.
+"""The ReFusion paper's published Table 1 (arXiv 2512.13586), and which results map onto its rows and columns.
 
 These are the authors' figures on their hardware; the report shows them beside measured numbers, labelled as such.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Any
 
 SOURCE = "ReFusion paper (arXiv 2512.13586), Table 1: zero-shot, chat template, batch 1, authors' GPU"
 COLUMNS = ("MMLU-Pro", "ARC-C", "GSM8K", "MATH", "GPQA", "HumanEval", "MBPP")
@@ -46,41 +46,27 @@ def published_table() -> dict[str, dict[str, PublishedCell]]:
     return table
 
 
-def _squash(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
-_TASK_ALIASES = {
-    "mmlupro": "MMLU-Pro", "arcc": "ARC-C", "arcchallenge": "ARC-C", "arcchallengechat": "ARC-C",
-    "gsm8k": "GSM8K", "gsm8kcot": "GSM8K", "math": "MATH", "minervamath": "MATH", "hendrycksmath": "MATH",
-    "gpqa": "GPQA", "gpqamain": "GPQA", "gpqamaingenerativenshot": "GPQA", "humaneval": "HumanEval",
-    "humanevalinstruct": "HumanEval", "humanevalinstructnoprefix": "HumanEval", "mbpp": "MBPP",
+# What a run records (its manifest's decoder kind and checkpoint) -> the paper's row. Explicit, so a model is shown
+# beside published figures only when it is the paper's checkpoint under the paper's decoder; the D2F rows have no
+# decoder here and stay in the reference table only.
+PAPER_ROWS = {
+    ("ar", "Qwen/Qwen3-8B"): "Qwen3-8B",
+    ("ar", "meta-llama/Meta-Llama-3-8B-Instruct"): "Llama-3-8B-Instruct",
+    ("refusion", "GSAI-ML/ReFusion"): "ReFusion",
+    ("llada", "GSAI-ML/LLaDA-8B-Instruct"): "LLaDA-8B-Instruct",
+    ("llada-fastdllm", "GSAI-ML/LLaDA-8B-Instruct"): "LLaDA w/ Fast-dLLM",
+    ("dream", "Dream-org/Dream-v0-Instruct-7B"): "Dream-7B-Instruct",
+    ("dream-fastdllm", "Dream-org/Dream-v0-Instruct-7B"): "Dream w/ Fast-dLLM",
 }
 
 
-def paper_column(task: str) -> str | None:
-    """The paper's column for a harness task name, or None when the paper has no such column."""
-    return _TASK_ALIASES.get(_squash(task))
+def paper_row(manifest: dict[str, Any]) -> str | None:
+    """The paper's row for a result, from the decoder kind and checkpoint its manifest records; None otherwise."""
+    kind = (manifest.get("model") or {}).get("kind")
+    return PAPER_ROWS.get((kind, manifest.get("model_ref")))
 
 
-def paper_row(model: str, model_ref: str | None = None) -> str | None:
-    """The paper's row for a harness model, from its name and checkpoint; None for tiny test models or unknown ones.
-
-    Decoding variants are told apart by name: "fast"/"fastdllm" and "d2f" pick the accelerated rows.
-    """
-    ref = (model_ref or "").lower()
-    if _squash(model).startswith("tiny") or ref.startswith("tiny"):
-        return None
-    text = _squash(f"{model} {model_ref or ''}")
-    variant = " w/ D2F" if "d2f" in text else " w/ Fast-dLLM" if "fast" in text else ""
-    if "refusion" in text:
-        return "ReFusion"
-    if "llada" in text:
-        return "LLaDA" + variant if variant else "LLaDA-8B-Instruct"
-    if "dream" in text:
-        return "Dream" + variant if variant else "Dream-7B-Instruct"
-    if "qwen3" in text and ("8b" in text or _squash(model) == "qwen3"):
-        return "Qwen3-8B"
-    if "llama3" in text and ("8b" in text or _squash(model) == "llama3"):
-        return "Llama-3-8B-Instruct"
-    return None
+def paper_column(manifest: dict[str, Any]) -> str | None:
+    """The paper's column for a result: the task's own ``paper_column``, as its manifest records it."""
+    column = (manifest.get("task") or {}).get("paper_column")
+    return column if column in COLUMNS else None

@@ -15,8 +15,9 @@ from typing import Any, Sequence
 import pandas as pd
 
 from harness.compare import MODEL_FIELDS, TASK_FIELDS
-from reports.data import Cell, ReportData
-from reports.published import COLUMNS, SOURCE, PublishedCell, paper_column, paper_row, published_table
+from harness.run_folder import RunFolder
+from reports.report_data import Cell, ReportData
+from reports.published import COLUMNS, SOURCE, PublishedCell, paper_row, published_table
 
 
 def pct(value: float | None) -> float | None:
@@ -65,7 +66,7 @@ def paper_grid(data: ReportData) -> list[GridRow]:
         average = GridCell(mean_or_none([c.accuracy for c in present]),
                            None, None, mean_or_none([c.tokens_per_second for c in present]))
         first = next(c for c in data.cells if c.label == label)
-        published = paper_row(first.model, first.manifest.get("model_ref"))
+        published = paper_row(first.manifest)
         rows.append(GridRow(label, cells, average, len(present), published))
     return rows
 
@@ -159,7 +160,7 @@ def published_frame(data: ReportData) -> pd.DataFrame:
     table = published_table()
     records = []
     for c in data.cells:
-        row, column = paper_row(c.model, c.manifest.get("model_ref")), paper_column(c.task)
+        row, column = paper_row(c.manifest), data.paper_columns.get(c.task)
         if row is None or column is None:
             continue
         published: PublishedCell = table[row][column]
@@ -187,8 +188,9 @@ def published_reference_frame() -> pd.DataFrame:
 
 # --- manifests --------------------------------------------------------------------------------------------------------
 
-MANIFEST_COLUMNS = ("model_ref", "fingerprint", "dtype", "decoding", "preset", "task_version", "dataset",
-                    "data_source", "data_sha256", "prompt_sha256", "canvas_tokens", "seed", "limit", "n_planned")
+MANIFEST_COLUMNS = ("model_ref", "fingerprint", "dtype", "decoding", "preset", "task_version", "lm_eval_task",
+                    "dataset", "data_source", "data_sha256", "prompt_sha256", "canvas_tokens", "seed", "limit",
+                    "n_planned")
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,8 @@ class ManifestRow:
 def _manifest_text(manifest: dict[str, Any], key: str) -> str:
     if key in ("fingerprint", "dtype"):
         value = (manifest.get("model") or {}).get(key)
+    elif key == "lm_eval_task":  # the lm-eval task the harness task follows (Task.equivalent_lm_eval_task)
+        value = (manifest.get("task") or {}).get(key)
     else:
         value = manifest.get(key)
     if isinstance(value, (dict, list)):
@@ -266,9 +270,9 @@ def markdown_report(data: ReportData) -> str:
     return "\n".join(parts)
 
 
-def write_tables(data: ReportData, output_dir: Path) -> list[Path]:
+def write_tables(data: ReportData, folder: RunFolder) -> list[Path]:
     """CSV and Markdown versions of the report's tables; returns the files written."""
-    output_dir.mkdir(parents=True, exist_ok=True)
+    folder.root.mkdir(parents=True, exist_ok=True)
     files = {
         "report_results.csv": summary_frame(data),
         "report_table.csv": paper_frame(data),
@@ -277,10 +281,10 @@ def write_tables(data: ReportData, output_dir: Path) -> list[Path]:
     }
     written = []
     for name, frame in files.items():
-        path = output_dir / name
+        path = folder.table_path(name)
         frame.to_csv(path, index=False)
         written.append(path)
-    markdown = output_dir / "report_tables.md"
+    markdown = folder.table_path("report_tables.md")
     markdown.write_text(markdown_report(data), encoding="utf-8")
     written.append(markdown)
     return written

@@ -10,7 +10,7 @@ import string
 from typing import Any
 
 from tasks.base import Doc, TaskPrompt
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 from tasks.fork_filters import LeftStripFilter
 

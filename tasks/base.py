@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tasks.data import DatasetSpec, LoadedData, load_records
+from tasks.records import DatasetSpec, LoadedData, load_records
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ class Task(ABC):
     primary_metric: str
     metrics: tuple[str, ...]
     canvas_tokens: int = 512
-    equivalent_lm_eval_task: str = ""
-    paper_column: str = ""
+    equivalent_lm_eval_task: str = ""  # the lm-eval task this one follows, shown in the report's manifests
+    paper_column: str = ""  # the ReFusion paper's Table 1 column; the report puts published figures beside it
 
     def docs(self, records: Sequence[dict[str, Any]]) -> list[Doc]:
         """Turn dataset records into documents in a deterministic order. Override to filter or to add groups."""
@@ -86,4 +86,6 @@ class Task(ABC):
             "dataset": self.dataset.hub_id,
             "config": "+".join(self.dataset.hub_configs) if self.dataset.hub_configs else self.dataset.config,
             "split": self.dataset.split,
+            "paper_column": self.paper_column or None,
+            "lm_eval_task": self.equivalent_lm_eval_task or None,
         }

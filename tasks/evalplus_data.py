@@ -1,6 +1,6 @@
 """HumanEval+ and MBPP+ data: evalplus's release files, and what the tasks need from one of their records.
 
-Where records come from, as the other tasks (``tasks.data.load_records``) but with evalplus's release in place of
+Where records come from, as the other tasks (``tasks.records.load_records``) but with evalplus's release in place of
 a hub dataset:
 
 * ``--data-dir DIR``: ``DIR/humaneval_plus/HumanEvalPlus.jsonl.gz`` or ``DIR/mbpp_plus/MbppPlus.jsonl.gz`` (or the
@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.data import DataError, DatasetSpec, LoadedData, file_sha256, load_fixtures, read_jsonl
+from tasks.records import (DataError, DatasetSpec, LoadedData, file_sha256, load_fixtures,
+                           read_checked_jsonl)
 
 FIELDS = ("task_id", "prompt", "entry_point", "canonical_solution", "contract", "base_input", "plus_input", "atol")
 
@@ -127,7 +128,7 @@ def load_release(release: Release) -> LoadedData:
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise DataError(f"cannot get {release.title} {release.version} ({type(error).__name__}: {first}); "
                         f"{how_to_provide(release)}") from None
-    records = read_jsonl(path, release.spec.required_fields, release.spec.check)
+    records = read_checked_jsonl(path, release.spec.required_fields, release.spec.check)
     source, location = ("local", str(path)) if overridden else ("hub", release.url)
     return LoadedData(records, source, location, file_sha256(path))
 
@@ -137,7 +138,7 @@ def load_local_copy(release: Release, data_dir: Path) -> LoadedData:
     for name in names:
         path = data_dir / name
         if path.is_file():
-            records = read_jsonl(path, release.spec.required_fields, release.spec.check)
+            records = read_checked_jsonl(path, release.spec.required_fields, release.spec.check)
             return LoadedData(records, "local", str(path), file_sha256(path))
     raise DataError(f"{data_dir / names[0]} not found; {how_to_provide(release)}")
 

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
 
-from tasks.data import DataError
+from harness.files import cache_root, write_bytes_atomic
 from tasks.evalplus_data import Problem
 from tasks.evalplus_exec import TRUTH_LIMITS, InputSet, SetRun, run_sets
 from tasks.evalplus_values import PayloadError, decode
+from tasks.records import DataError
 
 CACHE_FORMAT = 1  # bump when the child's encoding or the entry layout changes
 SETS = ("base", "plus")
@@ -38,9 +37,8 @@ class Truth:
 
 
 def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/dllm-harness/evalplus`` (``~/.cache/...`` without it), read when called."""
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "dllm-harness" / "evalplus"
+    """``evalplus`` under the harness's cache root (``$DLLM_HARNESS_CACHE``, else the XDG cache), read when called."""
+    return cache_root() / "evalplus"
 
 
 def _entry_path(cache_dir: Path, problem: Problem) -> Path:
@@ -59,11 +57,7 @@ def _read_entry(path: Path) -> dict[str, Any] | None:
 
 
 def _write_entry(path: Path, entry: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="ascii") as handle:
-        json.dump(entry, handle, separators=(",", ":"))
-    os.replace(tmp, path)
+    write_bytes_atomic(path, gzip.compress(json.dumps(entry, separators=(",", ":")).encode("ascii")))
 
 
 def _entry_of(problem: Problem, name: str, run: SetRun, count: int) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
 from tasks.code import first_python_block
-from tasks.data import LoadedData
+from tasks.records import LoadedData
 from tasks.evalplus_compare import Verdict, check_set
 from tasks.evalplus_data import HUMANEVAL_PLUS, MBPP_PLUS, Problem, Release, load, mbpp_tests, mbpp_text, problem
 from tasks.evalplus_exec import CANDIDATE_LIMITS, InputSet, run_sets, time_limits
@@ -46,8 +46,8 @@ class EvalPlusTask(Task):
     metrics = (PLUS, BASE)
 
     def __init__(self, cache_dir: Path | None = None, workers: int | None = None) -> None:
-        """``cache_dir``: where expected outputs are kept (default ``$XDG_CACHE_HOME/dllm-harness/evalplus``);
-        ``workers``: sandboxes at once (default: one per usable core)."""
+        """``cache_dir``: where expected outputs are kept (default ``evalplus`` under the cache root,
+        ``harness.files.cache_root``); ``workers``: sandboxes at once (default: one per usable core)."""
         self.cache_dir = cache_dir
         self.workers = workers
 

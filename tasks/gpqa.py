@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from lm_eval.filters.extraction import RegexFilter
 
 from tasks.base import Doc, TaskPrompt
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 from tasks.fork_filters import FirstChoiceRegexFilter
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lm_eval.filters.extraction import RegexFilter
 
 from tasks.base import Doc, TaskPrompt
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 from tasks.extraction import ExactMatch, ExtractionTask, Pipeline
 
 # The fork's YAML is single-quoted, so the first "\n" reaches the model as a literal backslash and an "n".

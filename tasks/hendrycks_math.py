@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 
 # The local file's ``type`` names (the original release's) and the hub configs, in lm-eval's group order.
 SUBJECTS = {

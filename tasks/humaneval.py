@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
 from tasks.code import LIMITS, diagnostics, execute, first_python_block
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 from tasks.sanitize import sanitize
 
 INSTRUCTION = "Write a solution to the following problem and make sure that it passes the tests:\n"

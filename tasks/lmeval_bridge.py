@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
-from tasks.data import DataError, DatasetSpec, LoadedData, records_sha256
+from tasks.records import DataError, DatasetSpec, LoadedData, records_sha256
 
 PREFIX = "lmeval:"
 INCLUDE_ENV = "DLLM_LMEVAL_INCLUDE"
@@ -111,8 +111,6 @@ def mean_metrics(lm_task: Any) -> tuple[str, ...]:
 
 class LMEvalTask(Task):
     """One lm-eval ``generate_until`` task behind the harness's Task interface."""
-
-    paper_column = ""
 
     def __init__(self, lm_task: Any):
         import lm_eval
@@ -212,7 +210,6 @@ class LMEvalTask(Task):
     def describe(self) -> dict[str, Any]:
         return {
             **super().describe(),
-            "lm_eval_task": self.lm_task.config.task,
             "num_fewshot": self.num_fewshot,
             "generation_kwargs": self.generation_kwargs,
         }

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
 from tasks.code import LIMITS, diagnostics, execute, first_python_block
-from tasks.data import DatasetSpec
+from tasks.records import DatasetSpec
 
 TEST_IDS = range(11, 511)
 

@@ -6,24 +6,41 @@ end-of-sequence id; finished rows are fed padding until the whole batch is done.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
-from models.base import DecodeResult, cut_after_eos
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
+                                      require_filled, token_id_field)
 
 
 @dataclass(frozen=True)
-class SamplingConfig:
-    do_sample: bool = False
+class ARConfig:
+    max_new_tokens: int | None = canvas_field()
+    do_sample: bool = False  # greedy unless asked, whatever the checkpoint's generation_config says
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    eos_ids: tuple[int, ...] | None = token_id_field()  # the generation config's (Qwen3 has two)
+    pad_id: int | None = token_id_field()  # fed to finished rows
 
 
-def next_tokens(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:
+def validate_ar_config(cfg: ARConfig) -> None:
+    """Raise ConfigError (one line) for settings the sampler cannot run."""
+    if cfg.max_new_tokens is not None and cfg.max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}")
+    if cfg.do_sample and cfg.temperature <= 0:
+        raise ConfigError(f"temperature must be > 0 when do_sample is on, got {cfg.temperature}")
+    if not 0 < cfg.top_p <= 1:
+        raise ConfigError(f"top_p must be in (0, 1], got {cfg.top_p}")
+    if cfg.top_k < 0:
+        raise ConfigError(f"top_k must be >= 0 (0 = off), got {cfg.top_k}")
+
+
+def next_tokens(logits: torch.Tensor, sampling: ARConfig, generator: torch.Generator | None) -> torch.Tensor:
     """Greedy argmax, or a sample from the temperature / top-k / top-p filtered distribution."""
     if not sampling.do_sample:
         return logits.argmax(dim=-1)
@@ -42,16 +59,13 @@ def next_tokens(logits: torch.Tensor, sampling: SamplingConfig, generator: torch
 
 
 @torch.inference_mode()
-def ar_generate(
-    model,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    max_new_tokens: int,
-    eos_ids: list[int],
-    pad_id: int,
-    sampling: SamplingConfig = SamplingConfig(),
-) -> list[DecodeResult]:
+def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cfg: ARConfig) -> DecodeOutput:
     """Decode up to ``max_new_tokens`` per row; returns each row's ids up to and including its first eos."""
+    require_filled(cfg, "ar")
+    validate_ar_config(cfg)
+    sampling, max_new_tokens, eos_ids, pad_id = cfg, cfg.max_new_tokens, list(cfg.eos_ids), cfg.pad_id
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
     batch = input_ids.shape[0]
     device = input_ids.device
     generator = None
@@ -81,10 +95,17 @@ def ar_generate(
         next_pos = next_pos + 1
         forwards += 1
 
-    tokens = torch.stack(generated, dim=1).tolist() if generated else [[] for _ in range(batch)]
+    tokens = torch.stack(generated, dim=1)
     results = []
-    for row in tokens:
+    for row in tokens.tolist():
         kept, found = cut_after_eos(row, eos_ids)
         results.append(DecodeResult(token_ids=kept, nfe=forwards / batch, hit_max_tokens=not found))
-    return results
+    return DecodeOutput(rows=tuple(results), nfe=forwards, tokens=tokens)
+
+
+def ar_at_canvas(cfg: ARConfig, canvas: int) -> ARConfig:
+    return dataclasses.replace(cfg, max_new_tokens=canvas)
+
+
+AR = Decoder("ar", ARConfig, ar_generate, ar_at_canvas, validate_ar_config)
 

@@ -7,13 +7,15 @@ floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` u
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.base import ConfigError, DecodeResult
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
+                                      require_filled, token_id_field)
 from models.decoders.sampling import (
     as_logits,
     check_inputs,
@@ -24,39 +26,42 @@ from models.decoders.sampling import (
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
-    rows_to_results,
     sample_categorical,
     top_k_filter,
     top_p_filter,
 )
 
 Network = Callable[..., Any]
-ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+Alg = Literal["origin", "maskgit_plus", "topk_margin", "entropy"]
+ALGS = get_args(Alg)
 
 
 @dataclass(frozen=True)
 class DreamConfig:
-    max_new_tokens: int = 512
-    steps: int = 512
+    """Dream's ``diffusion_generate`` arguments."""
+
+    max_new_tokens: int | None = canvas_field()
+    steps: int | None = None  # None: one token per step (steps = canvas)
     temperature: float = 0.0
     top_p: float | None = None
     top_k: int | None = None
-    alg: str = "entropy"
+    alg: Alg = "entropy"
     alg_temp: float | None = None
     eps: float = 1e-3
-    mask_id: int = 151666
-    eos_id: int = 151643
     seed: int | None = None
+    mask_id: int | None = token_id_field()
+    eos_ids: tuple[int, ...] | None = token_id_field()  # where a row's output is cut (<|endoftext|>, <|im_end|>)
 
 
-@dataclass(frozen=True)
-class DreamOutput:
-    tokens: torch.LongTensor  # [B, max_new_tokens], the generated part only
-    nfe: int  # network evaluations for the whole batch
+def dream_at_canvas(cfg: DreamConfig, canvas: int) -> DreamConfig:
+    return dataclasses.replace(cfg, max_new_tokens=canvas, steps=cfg.steps or canvas)
 
 
 def validate_dream_config(cfg: DreamConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
+    require_filled(cfg, "dream", ("canvas",))
+    if cfg.steps is None:
+        raise ConfigError("dream: steps is not set (the adapter sets it from the canvas)")
     if cfg.max_new_tokens < 1:
         raise ConfigError(f"max_new_tokens must be >= 1, got {cfg.max_new_tokens}")
     if cfg.steps < 1:
@@ -179,8 +184,9 @@ def dream_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: DreamConfig,
-) -> DreamOutput:
+) -> DecodeOutput:
     """Fill ``max_new_tokens`` masks after the (left-padded) prompts in ``steps`` full-sequence forwards."""
+    require_filled(cfg, "dream")
     validate_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
     prompt_len = input_ids.shape[1]
@@ -201,9 +207,7 @@ def dream_generate(
         else:
             count = dream_transfer_count(mask_index, t, s, last)
             x = _confidence_step(x, mask_index, logits, count, cfg, generator)
-    return DreamOutput(tokens=x[:, prompt_len:], nfe=cfg.steps)
+    return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)
 
 
-def dream_decode_results(output: DreamOutput, cfg: DreamConfig) -> list[DecodeResult]:
-    """Harness results: ids cut after the first EOS, nfe split evenly across the batch rows."""
-    return rows_to_results(output.tokens, output.nfe, [cfg.eos_id])
+DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config)

@@ -17,23 +17,17 @@ replaced range, as the first query column). The network is any callable with the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.base import DecodeResult
-from models.decoders.sampling import as_logits, rows_to_results
+from models.decoders.sampling import as_logits
 from models.networks.common import KVCache
 
 Network = Callable[..., Any]
-CACHE_MODES = ("none", "prefix", "dual")
-
-
-@dataclass(frozen=True)
-class FastDLLMOutput:
-    tokens: torch.LongTensor  # [B, gen_length], the generated part only
-    nfe: int  # network calls for the whole batch (a batched call counts once, measurement.md)
+Cache = Literal["none", "prefix", "dual"]
+CACHE_MODES = get_args(Cache)
 
 
 @dataclass(frozen=True)
@@ -141,8 +135,3 @@ def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> tor
     """
     idx = torch.arange(lo, hi, device=logits.device) - offset - 1
     return logits[:, idx.clamp_min(0)]
-
-
-def decode_results(output: FastDLLMOutput, eos_ids: Sequence[int]) -> list[DecodeResult]:
-    """Harness results: ids cut after the first end-of-sequence id, nfe split evenly across the batch rows."""
-    return rows_to_results(output.tokens, output.nfe, list(eos_ids))

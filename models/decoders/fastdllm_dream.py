@@ -32,21 +32,21 @@ Decisions (the reference differs; tokens are unchanged in ordinary runs):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from models.base import ConfigError, DecodeResult
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
 from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, padding_inputs,
                                   validate_dream_config)
 from models.decoders.fastdllm import (
     CACHE_MODES,
-    FastDLLMOutput,
+    Cache,
     Network,
     Padding,
-    decode_results,
     full_forward,
     select_transfer,
     shifted_rows,
@@ -58,67 +58,56 @@ from models.networks.common import KVCache
 
 @dataclass(frozen=True)
 class FastDreamConfig:
-    """Defaults are Fast-dLLM's dual cache + parallel setting (§4.3: block 32, threshold 0.9) at 256 new tokens.
+    """Plain Dream's settings plus Fast-dLLM's. Defaults are Fast-dLLM's dual cache + parallel setting (§4.3:
+    block 32, threshold 0.9).
 
-    ``steps``: total steps. Cached modes split them per block (the entropy schedule; unused with a threshold but it
-    must still divide into blocks, as the reference asserts). Without a cache and with a threshold, max_new_tokens /
+    ``dream.steps``: total steps (None: resolved from the canvas, one nominal step per block with a threshold, else
+    one per token). Cached modes split them per block (the entropy schedule; unused with a threshold but it must
+    still divide into blocks, as the reference asserts). Without a cache and with a threshold, max_new_tokens /
     steps is the nominal number of candidates per step (the reference evaluations use steps = max_new_tokens / 32).
     ``block_length`` is not used with ``cache='none'``.
     """
 
-    max_new_tokens: int = 256
-    steps: int = 8
+    dream: DreamConfig = DreamConfig()
     block_length: int = 32
     threshold: float | None = 0.9
-    cache: str = "dual"  # "none" | "prefix" | "dual"
-    temperature: float = 0.0
-    top_p: float | None = None
-    top_k: int | None = None
-    alg: str = "entropy"
-    alg_temp: float | None = None
-    eps: float = 1e-3
-    mask_id: int = 151666
-    eos_id: int = 151643
-    seed: int | None = None
+    cache: Cache = "dual"
 
 
-def plain_dream_config(cfg: FastDreamConfig) -> DreamConfig:
-    """The plain Dream sampler's config with the same sampling settings (also what ``dream_sample_tokens`` reads)."""
-    return DreamConfig(
-        max_new_tokens=cfg.max_new_tokens, steps=cfg.steps, temperature=cfg.temperature, top_p=cfg.top_p,
-        top_k=cfg.top_k, alg=cfg.alg, alg_temp=cfg.alg_temp, eps=cfg.eps, mask_id=cfg.mask_id, eos_id=cfg.eos_id,
-        seed=cfg.seed,
-    )
+def fast_dream_at_canvas(cfg: FastDreamConfig, canvas: int) -> FastDreamConfig:
+    default_steps = max(canvas // max(cfg.block_length, 1), 1) if cfg.threshold is not None else canvas
+    return dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, max_new_tokens=canvas,
+                                                              steps=cfg.dream.steps or default_steps))
 
 
 def validate_fast_dream_config(cfg: FastDreamConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
-    validate_dream_config(plain_dream_config(cfg))
+    validate_dream_config(cfg.dream)
     if cfg.cache not in CACHE_MODES:
         raise ConfigError(f"unknown cache {cfg.cache!r}; valid: {', '.join(CACHE_MODES)}")
     if cfg.threshold is not None and (math.isnan(cfg.threshold) or cfg.threshold < 0):
         raise ConfigError(f"threshold must be >= 0 or None, got {cfg.threshold}")
     if cfg.cache == "none":
-        if cfg.threshold is not None and cfg.max_new_tokens % cfg.steps != 0:
+        if cfg.threshold is not None and cfg.dream.max_new_tokens % cfg.dream.steps != 0:
             raise ConfigError(
-                f"max_new_tokens ({cfg.max_new_tokens}) must be a multiple of steps ({cfg.steps}) for threshold decoding without a cache"
+                f"max_new_tokens ({cfg.dream.max_new_tokens}) must be a multiple of steps ({cfg.dream.steps}) for threshold decoding without a cache"
             )
         return
     if cfg.block_length < 1:
         raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
-    if cfg.max_new_tokens % cfg.block_length != 0:
-        raise ConfigError(f"max_new_tokens ({cfg.max_new_tokens}) must be a multiple of block_length ({cfg.block_length})")
-    num_blocks = cfg.max_new_tokens // cfg.block_length
-    if cfg.steps % num_blocks != 0:
-        raise ConfigError(f"steps ({cfg.steps}) must be a multiple of the number of blocks ({num_blocks})")
+    if cfg.dream.max_new_tokens % cfg.block_length != 0:
+        raise ConfigError(f"max_new_tokens ({cfg.dream.max_new_tokens}) must be a multiple of block_length ({cfg.block_length})")
+    num_blocks = cfg.dream.max_new_tokens // cfg.block_length
+    if cfg.dream.steps % num_blocks != 0:
+        raise ConfigError(f"steps ({cfg.dream.steps}) must be a multiple of the number of blocks ({num_blocks})")
     if cfg.threshold is None:
-        if cfg.alg != "entropy":
+        if cfg.dream.alg != "entropy":
             raise ConfigError(
-                f"alg {cfg.alg!r} is not available with cache={cfg.cache!r}: the cached path orders by entropy only; set alg='entropy' or a threshold"
+                f"alg {cfg.dream.alg!r} is not available with cache={cfg.cache!r}: the cached path orders by entropy only; set alg='entropy' or a threshold"
             )
-        if cfg.steps // num_blocks < 2 and cfg.block_length > 1:
+        if cfg.dream.steps // num_blocks < 2 and cfg.block_length > 1:
             raise ConfigError(
-                f"steps ({cfg.steps}) gives {cfg.steps // num_blocks} step per block; the cached path needs >= 2 (the first only commits the block's first token)"
+                f"steps ({cfg.dream.steps}) gives {cfg.dream.steps // num_blocks} step per block; the cached path needs >= 2 (the first only commits the block's first token)"
             )
 
 
@@ -135,11 +124,11 @@ def _threshold_no_cache(
     last nominal step n becomes 0 and the steps are extended. Since the masks left before step i are
     R = (steps - i) n + c, the candidate count is R - max(steps - i - 1, 0) n, which this computes per row.
     """
-    sampling = plain_dream_config(cfg)
-    nominal = cfg.max_new_tokens // cfg.steps
+    sampling = cfg.dream
+    nominal = cfg.dream.max_new_tokens // cfg.dream.steps
     nfe = 0
-    for step in range(cfg.max_new_tokens + cfg.steps):  # each step commits >= 1; the bound only stops a network
-        candidates = x[:, prompt_len:] == cfg.mask_id  # that keeps proposing the mask id itself
+    for step in range(cfg.dream.max_new_tokens + cfg.dream.steps):  # each step commits >= 1; the bound only stops a network
+        candidates = x[:, prompt_len:] == cfg.dream.mask_id  # that keeps proposing the mask id itself
         if not bool(candidates.any()):
             break
         logits = full_forward(network, x, padding, None)
@@ -148,9 +137,9 @@ def _threshold_no_cache(
         conf, tokens = dream_sample_tokens(scores[candidates], sampling, "max_prob", generator)
         full_conf = torch.full(candidates.shape, float("-inf"), dtype=conf.dtype, device=x.device)
         full_conf[candidates] = conf
-        proposals = torch.full_like(x[:, prompt_len:], cfg.mask_id)
+        proposals = torch.full_like(x[:, prompt_len:], cfg.dream.mask_id)
         proposals[candidates] = tokens
-        quota = candidates.sum(dim=1) - max(cfg.steps - step - 1, 0) * nominal
+        quota = candidates.sum(dim=1) - max(cfg.dream.steps - step - 1, 0) * nominal
         chosen = select_transfer(full_conf, candidates, quota, cfg.threshold)
         x[:, prompt_len:] = torch.where(chosen, proposals, x[:, prompt_len:])
     return x, nfe
@@ -165,8 +154,8 @@ def _entropy_commit(
 ) -> torch.Tensor:
     """One step of the cached non-threshold path: Dream's floor schedule on the block's masks, ordered by -entropy
     (top-k, or a draw from softmax(conf / alg_temp))."""
-    candidates = block == cfg.mask_id
-    conf, tokens = dream_sample_tokens(block_scores[candidates], plain_dream_config(cfg), "neg_entropy", generator)
+    candidates = block == cfg.dream.mask_id
+    conf, tokens = dream_sample_tokens(block_scores[candidates], cfg.dream, "neg_entropy", generator)
     last = step >= steps_per_block - 1
     t, s = (timesteps[step], timesteps[step + 1]) if not last else (timesteps[-2], timesteps[-1])
     count = dream_transfer_count(candidates, t, s, last)
@@ -174,13 +163,13 @@ def _entropy_commit(
         return block
     full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
     full_conf[candidates] = conf
-    if cfg.alg_temp is None or cfg.alg_temp == 0:
+    if cfg.dream.alg_temp is None or cfg.dream.alg_temp == 0:
         chosen_idx = torch.topk(full_conf, min(count, block.shape[1]), dim=-1).indices
     else:
-        weights = F.softmax(full_conf / cfg.alg_temp, dim=-1)
+        weights = F.softmax(full_conf / cfg.dream.alg_temp, dim=-1)
         chosen_idx = torch.multinomial(weights, num_samples=min(count, block.shape[1]), generator=generator)
     chosen = torch.zeros_like(candidates).scatter_(1, chosen_idx, True) & candidates
-    proposals = torch.full_like(block, cfg.mask_id)
+    proposals = torch.full_like(block, cfg.dream.mask_id)
     proposals[candidates] = tokens
     return torch.where(chosen, proposals, block)
 
@@ -189,11 +178,11 @@ def _threshold_commit(
     block: torch.Tensor, block_scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator
 ) -> torch.Tensor:
     """One step of the cached threshold path: the block's top-1 mask plus every other with conf >= threshold."""
-    candidates = block == cfg.mask_id
-    conf, tokens = dream_sample_tokens(block_scores[candidates], plain_dream_config(cfg), "max_prob", generator)
+    candidates = block == cfg.dream.mask_id
+    conf, tokens = dream_sample_tokens(block_scores[candidates], cfg.dream, "max_prob", generator)
     full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
     full_conf[candidates] = conf
-    proposals = torch.full_like(block, cfg.mask_id)
+    proposals = torch.full_like(block, cfg.dream.mask_id)
     proposals[candidates] = tokens
     return torch.where(select_transfer(full_conf, candidates, None, cfg.threshold), proposals, block)
 
@@ -204,10 +193,10 @@ def _cached_blocks(
 ) -> tuple[torch.Tensor, int]:
     """``generation_utils_block._sample``: per block a full forward (cache refresh + forced first token), then
     window forwards until the block has no masks."""
-    num_blocks = cfg.max_new_tokens // cfg.block_length
-    steps_per_block = cfg.steps // num_blocks
-    timesteps = dream_timesteps(steps_per_block, cfg.eps, x.device)
-    sampling = plain_dream_config(cfg)
+    num_blocks = cfg.dream.max_new_tokens // cfg.block_length
+    steps_per_block = cfg.dream.steps // num_blocks
+    timesteps = dream_timesteps(steps_per_block, cfg.dream.eps, x.device)
+    sampling = cfg.dream
     nfe = 0
     for block_index in range(num_blocks):
         start = prompt_len + block_index * cfg.block_length
@@ -220,7 +209,7 @@ def _cached_blocks(
         if cfg.cache == "prefix":
             cache.truncate(start)
         for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
-            if not bool((x[:, start:end] == cfg.mask_id).any()):
+            if not bool((x[:, start:end] == cfg.dream.mask_id).any()):
                 break
             logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
             nfe += 1
@@ -240,27 +229,24 @@ def fastdllm_dream_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: FastDreamConfig,
-) -> FastDLLMOutput:
-    """Fill ``max_new_tokens`` masks after the (left-padded) prompts; returns the generated ids and the number of
-    network calls."""
+) -> DecodeOutput:
+    """Fill ``max_new_tokens`` masks after the (left-padded) prompts; rows are cut after the first EOS."""
+    require_filled(cfg, "dream-fastdllm")
     validate_fast_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
     if cfg.cache == "none" and cfg.threshold is None:
-        plain = dream_generate(network, input_ids, attention_mask, plain_dream_config(cfg))
-        return FastDLLMOutput(tokens=plain.tokens, nfe=plain.nfe)
+        return dream_generate(network, input_ids, attention_mask, cfg.dream)
     prompt_len = input_ids.shape[1]
-    generator = make_generator(cfg.seed, input_ids.device)
-    x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
-    mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
+    generator = make_generator(cfg.dream.seed, input_ids.device)
+    x = F.pad(input_ids, (0, cfg.dream.max_new_tokens), value=cfg.dream.mask_id)
+    mask, positions = padding_inputs(attention_mask, cfg.dream.max_new_tokens)
     padding = Padding(mask=mask, positions=positions)
     if cfg.cache == "none":
         x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, generator)
     else:
         x, nfe = _cached_blocks(network, x, prompt_len, padding, cfg, generator)
-    return FastDLLMOutput(tokens=x[:, prompt_len:], nfe=nfe)
+    return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids)
 
 
-def fast_dream_decode_results(output: FastDLLMOutput, cfg: FastDreamConfig) -> list[DecodeResult]:
-    """Harness results: ids cut after the first EOS, nfe split evenly across the batch rows."""
-    return decode_results(output, [cfg.eos_id])
-
+FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,
+                     validate_fast_dream_config)

@@ -22,25 +22,25 @@ Deliberate differences from the reference, none of which changes tokens in ordin
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from models.base import ConfigError, DecodeResult
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
 from models.decoders.fastdllm import (
     CACHE_MODES,
-    FastDLLMOutput,
+    Cache,
     Network,
     Padding,
-    decode_results,
     extend_mask,
     full_forward,
     select_transfer,
     window_forward,
 )
-from models.decoders.llada import check_block_schedule, check_sampling
+from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
 from models.decoders.sampling import add_gumbel_noise, check_inputs, llada_transfer_counts, make_generator
 from models.networks.common import KVCache
 
@@ -48,29 +48,31 @@ from models.networks.common import KVCache
 
 @dataclass(frozen=True)
 class FastLLaDAConfig:
-    """Defaults are Fast-dLLM's evaluation settings (§4.3: block 32, threshold 0.9, dual cache) at gen 256.
+    """Plain LLaDA's settings plus Fast-dLLM's. Defaults are Fast-dLLM's evaluation settings (§4.3: block 32,
+    threshold 0.9, dual cache).
 
-    ``steps`` sets the top-k schedule and is unused when ``threshold`` is set (it must still divide into blocks, as
-    the reference asserts). ``threshold`` > 1 commits exactly one token per forward.
+    ``llada.steps`` sets the top-k schedule and is unused when ``threshold`` is set (it must still divide into
+    blocks, as the reference asserts). ``threshold`` > 1 commits exactly one token per forward. Fast-dLLM has no
+    classifier-free guidance and no EOS options: ``cfg_scale``, ``logits_eos_inf`` and ``confidence_eos_eot_inf``
+    must stay off.
     """
 
-    gen_length: int = 256
-    steps: int = 256
-    block_length: int = 32
+    llada: LLaDAConfig = field(default_factory=lambda: LLaDAConfig(block_length=32))
     threshold: float | None = 0.9
-    cache: str = "dual"  # "none" | "prefix" | "dual"
-    temperature: float = 0.0
-    remasking: str = "low_confidence"
-    mask_id: int = 126336
-    eos_id: int = 126081
-    eot_id: int = 126348
-    seed: int | None = None
+    cache: Cache = "dual"
+
+
+def fast_llada_at_canvas(cfg: FastLLaDAConfig, canvas: int) -> FastLLaDAConfig:
+    return dataclasses.replace(cfg, llada=llada_at_canvas(cfg.llada, canvas))
 
 
 def validate_fast_llada_config(cfg: FastLLaDAConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
-    check_block_schedule(cfg.gen_length, cfg.block_length, cfg.steps)
-    check_sampling(cfg.temperature, cfg.remasking, cfg.seed)
+    validate_llada_config(cfg.llada)
+    plain = cfg.llada
+    if plain.cfg_scale or plain.logits_eos_inf or plain.confidence_eos_eot_inf:
+        raise ConfigError("Fast-dLLM LLaDA has no cfg_scale, logits_eos_inf or confidence_eos_eot_inf; unset them "
+                          "or use plain LLaDA (llada)")
     if cfg.threshold is not None and (math.isnan(cfg.threshold) or cfg.threshold < 0):
         raise ConfigError(f"threshold must be >= 0 or None, got {cfg.threshold}")
     if cfg.cache not in CACHE_MODES:
@@ -85,9 +87,9 @@ def llada_step(
     generator: torch.Generator,
 ) -> torch.Tensor:
     """The block's tokens after one step (``get_transfer_index``): propose, score, commit the chosen masks."""
-    candidates = block == cfg.mask_id
-    x0 = torch.argmax(add_gumbel_noise(block_logits, cfg.temperature, generator), dim=-1)
-    if cfg.remasking == "low_confidence":
+    candidates = block == cfg.llada.mask_id
+    x0 = torch.argmax(add_gumbel_noise(block_logits, cfg.llada.temperature, generator), dim=-1)
+    if cfg.llada.remasking == "low_confidence":
         probs = F.softmax(block_logits.to(torch.float64), dim=-1)
         confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
     else:
@@ -102,28 +104,29 @@ def fastdllm_llada_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: FastLLaDAConfig,
-) -> FastDLLMOutput:
-    """Fill ``gen_length`` masks after the (left-padded) prompts block by block; returns the generated ids and the
-    number of network calls."""
+) -> DecodeOutput:
+    """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT."""
+    require_filled(cfg, "llada-fastdllm")
     validate_fast_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
+    plain = cfg.llada
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generator = make_generator(cfg.seed, device)
+    generator = make_generator(plain.seed, device)
 
-    x = torch.full((batch, prompt_len + cfg.gen_length), cfg.mask_id, dtype=torch.long, device=device)
+    x = torch.full((batch, prompt_len + plain.gen_length), plain.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
-    padding = Padding(mask=extend_mask(attention_mask, cfg.gen_length))
-    num_blocks = cfg.gen_length // cfg.block_length
-    steps_per_block = cfg.steps // num_blocks
+    padding = Padding(mask=extend_mask(attention_mask, plain.gen_length))
+    num_blocks = plain.gen_length // plain.block_length
+    steps_per_block = plain.steps // num_blocks
     nfe = 0
     for block_index in range(num_blocks):
-        start = prompt_len + block_index * cfg.block_length
-        end = start + cfg.block_length
-        schedule = llada_transfer_counts((x[:, start:end] == cfg.mask_id).sum(dim=1), steps_per_block)
+        start = prompt_len + block_index * plain.block_length
+        end = start + plain.block_length
+        schedule = llada_transfer_counts((x[:, start:end] == plain.mask_id).sum(dim=1), steps_per_block)
         cache = None if cfg.cache == "none" else KVCache()
-        for step in range(cfg.block_length + steps_per_block):  # each step commits >= 1; the bound only stops
-            if not bool((x[:, start:end] == cfg.mask_id).any()):  # a network that keeps proposing the mask id
+        for step in range(plain.block_length + steps_per_block):  # each step commits >= 1; the bound only stops
+            if not bool((x[:, start:end] == plain.mask_id).any()):  # a network that keeps proposing the mask id
                 break
             if step == 0:
                 logits, offset = full_forward(network, x, padding, cache), 0
@@ -136,9 +139,8 @@ def fastdllm_llada_generate(
             x[:, start:end] = llada_step(
                 logits[:, start - offset : end - offset], x[:, start:end], counts.clamp_min(1), cfg, generator
             )
-    return FastDLLMOutput(tokens=x[:, prompt_len:], nfe=nfe)
+    return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
 
 
-def fast_llada_decode_results(output: FastDLLMOutput, cfg: FastLLaDAConfig) -> list[DecodeResult]:
-    """Harness results: ids cut after the first EOS or EOT, nfe split evenly across the batch rows."""
-    return decode_results(output, [cfg.eos_id, cfg.eot_id])
+FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,
+                     validate_fast_llada_config)

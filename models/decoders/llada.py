@@ -6,46 +6,45 @@ at position i is scored by the logits at i (no shift), and each block commits a 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.base import ConfigError, DecodeResult
-from models.decoders.sampling import (
-    add_gumbel_noise,
-    as_logits,
-    check_inputs,
-    llada_transfer_counts,
-    make_generator,
-    rows_to_results,
-)
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
+                                      require_filled, token_id_field)
+from models.decoders.sampling import add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts, make_generator
 
 Network = Callable[..., Any]
-REMASKING = ("low_confidence", "random")
+Remasking = Literal["low_confidence", "random"]
+REMASKING = get_args(Remasking)
 
 
 @dataclass(frozen=True)
 class LLaDAConfig:
-    gen_length: int = 512
-    steps: int = 512
-    block_length: int = 512
+    """LLaDA's ``generate`` arguments. ``nfe`` of the output counts network calls for the whole batch; a CFG step is
+    one call on the doubled batch."""
+
+    gen_length: int | None = canvas_field()
+    steps: int | None = None  # None: one token per step (steps = canvas), as LLaDA's instruct evaluation
+    block_length: int | None = None  # None: one block over the whole canvas
     temperature: float = 0.0
     cfg_scale: float = 0.0
-    remasking: str = "low_confidence"
-    mask_id: int = 126336
-    eos_id: int = 126081
-    eot_id: int = 126348
+    remasking: Remasking = "low_confidence"
     logits_eos_inf: bool = False
     confidence_eos_eot_inf: bool = False
     seed: int | None = None
+    mask_id: int | None = token_id_field()
+    eos_id: int | None = token_id_field()  # <|endoftext|>
+    eot_id: int | None = token_id_field()  # <|eot_id|>
 
 
-@dataclass(frozen=True)
-class LLaDAOutput:
-    tokens: torch.LongTensor  # [B, gen_length], the generated part only
-    nfe: int  # network calls for the whole batch; a CFG step is one call on the doubled batch (measurement.md)
+def llada_at_canvas(cfg: LLaDAConfig, canvas: int) -> LLaDAConfig:
+    """The canvas, and the defaults that follow it: one token per step, one block."""
+    return dataclasses.replace(cfg, gen_length=canvas, steps=cfg.steps or canvas,
+                               block_length=cfg.block_length or canvas)
 
 
 def check_block_schedule(gen_length: int, block_length: int, steps: int) -> None:
@@ -72,6 +71,9 @@ def check_sampling(temperature: float, remasking: str, seed: int | None) -> None
 
 def validate_llada_config(cfg: LLaDAConfig) -> None:
     """Raise ConfigError (one line) for settings the sampler cannot run."""
+    require_filled(cfg, "llada", ("canvas",))
+    if cfg.steps is None or cfg.block_length is None:
+        raise ConfigError("llada: steps and block_length are not set (the adapter sets them from the canvas)")
     check_block_schedule(cfg.gen_length, cfg.block_length, cfg.steps)
     check_sampling(cfg.temperature, cfg.remasking, cfg.seed)
     if cfg.cfg_scale < 0:
@@ -134,8 +136,9 @@ def llada_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: LLaDAConfig,
-) -> LLaDAOutput:
-    """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; returns the generated ids."""
+) -> DecodeOutput:
+    """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; rows are cut after EOS or EOT."""
+    require_filled(cfg, "llada")
     validate_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
     batch, prompt_len = input_ids.shape
@@ -170,9 +173,7 @@ def llada_generate(
                 chosen = torch.topk(confidence[row], k=int(counts[row, step])).indices
                 transfer[row, chosen] = True
             x = torch.where(transfer, x0, x)
-    return LLaDAOutput(tokens=x[:, prompt_len:], nfe=nfe)
+    return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id])
 
 
-def llada_decode_results(output: LLaDAOutput, cfg: LLaDAConfig) -> list[DecodeResult]:
-    """Harness results: ids cut after the first EOS or EOT, nfe split evenly across the batch rows."""
-    return rows_to_results(output.tokens, output.nfe, [cfg.eos_id, cfg.eot_id])
+LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config)

@@ -36,28 +36,39 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.base import ConfigError, DecodeResult, cut_after_eos
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
+                                      require_filled, token_id_field)
 from models.decoders.refusion_cache import NativeStepper, Request, RowCache, RowProgram, TransformersStepper, drive
 from models.decoders.sampling import add_gumbel_noise, make_generator
 
 
 @dataclass(frozen=True)
 class RefusionConfig:
-    gen_length: int = 512
+    """ReFusion's eval.py defaults (the registry's presets carry eval.sh's per-task settings)."""
+
+    gen_length: int | None = canvas_field()
     slot_size: int = 8
     serial_num_blocks: int = 2
     slot_threshold: float = 0.9
     token_threshold: float = 0.9
     temperature: float = 0.0
-    mask_id: int = 151670
-    eos_id: int = 151645
     seed: int | None = None  # seeds the Gumbel noise when temperature > 0
+    mask_id: int | None = token_id_field()  # <|mask|>
+    eos_id: int | None = token_id_field()  # the tokenizer's eos (<|im_end|>)
+
+
+def refusion_at_canvas(cfg: RefusionConfig, canvas: int) -> RefusionConfig:
+    return dataclasses.replace(cfg, gen_length=canvas)
 
 
 def validate_refusion_config(cfg: RefusionConfig) -> None:
-    """Raise ConfigError (one line) for a configuration the decoder cannot run; nothing is rounded silently."""
+    """Raise ConfigError (one line) for a configuration the decoder cannot run; nothing is rounded silently.
+    Token ids are checked when they are set (the adapter fills them at decode time)."""
+    require_filled(cfg, "refusion", ("canvas",))
     for name in ("gen_length", "slot_size", "serial_num_blocks", "mask_id", "eos_id"):
         value = getattr(cfg, name)
+        if value is None and name in ("mask_id", "eos_id"):
+            continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"refusion: {name} must be an integer, got {value!r}")
     if cfg.gen_length < 1 or cfg.slot_size < 1 or cfg.serial_num_blocks < 1:
@@ -79,7 +90,8 @@ def validate_refusion_config(cfg: RefusionConfig) -> None:
             raise ConfigError(f"refusion: {name} must be a number in [0, 1], got {value!r}")
     if not isinstance(cfg.temperature, (int, float)) or not math.isfinite(cfg.temperature) or cfg.temperature < 0:
         raise ConfigError(f"refusion: temperature must be a finite number >= 0, got {cfg.temperature!r}")
-    if cfg.mask_id < 0 or cfg.eos_id < 0 or cfg.mask_id == cfg.eos_id:
+    ids = (cfg.mask_id, cfg.eos_id)
+    if None not in ids and (min(ids) < 0 or cfg.mask_id == cfg.eos_id):
         raise ConfigError(f"refusion: mask_id and eos_id must be distinct ids >= 0 (got {cfg.mask_id}, {cfg.eos_id})")
     if cfg.seed is not None and (isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int)):
         raise ConfigError(f"refusion: seed must be an integer or None, got {cfg.seed!r}")
@@ -100,7 +112,9 @@ class CommitEvent:
 
 
 @dataclass(frozen=True)
-class RefusionOutput:
+class RefusionTrace:
+    """One row's decode in full (``DecodeOutput.trace`` holds one per row)."""
+
     token_ids: list[int]  # generated ids in position order, up to and including the first end-of-sequence
     nfe: float  # network calls; a batched call counts 1/rows for each row it ran
     hit_max_tokens: bool  # no end-of-sequence was generated
@@ -149,6 +163,20 @@ def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> t
     return torch.softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                      cfg: RefusionConfig) -> DecodeOutput:
+    """The decoder contract over a left-padded batch: each row decodes on its real tokens only, all rows together
+    on a native network (one forward per round), row by row on any other; ``trace`` holds each row's
+    ``RefusionTrace``. ``nfe`` counts network calls (a batched one once)."""
+    if attention_mask is None:
+        prompts = list(input_ids)
+    else:
+        prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+    traces = refusion_decode_rows(network, prompts, cfg)
+    return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=round(sum(t.nfe for t in traces)),
+                        trace=tuple(traces))
+
+
 def _check_prompt(prompt: torch.Tensor) -> None:
     if prompt.dim() != 1 or prompt.shape[0] < 1:
         raise ValueError(f"refusion: each prompt must be a 1-D tensor of >= 1 ids, got shape {tuple(prompt.shape)}")
@@ -157,32 +185,30 @@ def _check_prompt(prompt: torch.Tensor) -> None:
 
 
 @torch.no_grad()
-def refusion_generate(
+def refusion_decode_row(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
-    forward: Callable | None = None,
-) -> RefusionOutput:
+) -> RefusionTrace:
     """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each commit."""
-    validate_refusion_config(cfg)
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"refusion: prompt_ids must have shape [1, P] with P >= 1, got {tuple(prompt_ids.shape)}")
-    return refusion_generate_batch(model, [prompt_ids[0]], cfg, on_commit, forward)[0]
+    return refusion_decode_rows(model, [prompt_ids[0]], cfg, on_commit)[0]
 
 
 @torch.no_grad()
-def refusion_generate_batch(
+def refusion_decode_rows(
     model: torch.nn.Module,
     prompts: list[torch.Tensor],
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
-    forward: Callable | None = None,
-) -> list[RefusionOutput]:
+) -> list[RefusionTrace]:
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
-    A native network (one with ``new_cache``) decodes all rows in one preallocated buffer; any other causal LM goes
-    row by row through a transformers cache. ``forward`` replaces the native network's call (a compiled one)."""
+    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes all rows in one preallocated
+    buffer; any other causal LM goes row by row through a transformers cache."""
+    require_filled(cfg, "refusion")
     validate_refusion_config(cfg)
     if not prompts:
         return []
@@ -192,9 +218,9 @@ def refusion_generate_batch(
     native = hasattr(model, "new_cache")
     batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
     capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
-    outputs: list[RefusionOutput | None] = [None] * len(prompts)
+    outputs: list[RefusionTrace | None] = [None] * len(prompts)
     for members in batches:
-        stepper = NativeStepper(model, len(members), capacity, forward) if native else TransformersStepper(model)
+        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model)
         live = list(range(len(members)))
         programs = [_row_program(prompts[i], cfg, RowCache(stepper, live, j), i, on_commit)
                     for j, i in enumerate(members)]
@@ -206,7 +232,7 @@ def refusion_generate_batch(
 
 def _row_program(prompt: torch.Tensor, cfg: RefusionConfig, cache: RowCache, row: int,
                  on_commit: Callable[[CommitEvent], None] | None) -> RowProgram:
-    """The whole decode of one prompt, as requests for forwards; returns its ``RefusionOutput`` (nfe filled later)."""
+    """The whole decode of one prompt, as requests for forwards; returns its ``RefusionTrace`` (nfe filled later)."""
     prompt_len = prompt.shape[0]
     generator = make_generator(cfg.seed, prompt.device) if cfg.temperature > 0 else None
     state = _State(tokens=prompt.tolist(), positions=list(range(prompt_len)), cache=cache, row=row,
@@ -344,14 +370,14 @@ def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor
     return rows, passes, eos_row
 
 
-def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionOutput:
+def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrace:
     """Sort the committed tokens by position and cut after the first end-of-sequence (1.6h fixed)."""
     gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:]))
     ids, found = cut_after_eos([t for _, t in gen], [cfg.eos_id])
     expected = list(range(prompt_len, prompt_len + len(ids)))
     if [p for p, _ in gen[: len(ids)]] != expected:
         raise RuntimeError("refusion: committed positions before the first end-of-sequence are not contiguous")
-    return RefusionOutput(
+    return RefusionTrace(
         token_ids=ids,
         nfe=float(state.forwards),
         hit_max_tokens=not found,
@@ -359,3 +385,6 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionOutp
         tokens_per_forward=state.tpf_sum / max(state.iterations, 1),
         committed_tokens=len(gen),
     )
+
+
+REFUSION = Decoder("refusion", RefusionConfig, refusion_generate, refusion_at_canvas, validate_refusion_config)

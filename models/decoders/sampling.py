@@ -6,12 +6,10 @@ decoders stay reproducible and each piece can be tested against a hand computati
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-from models.base import DecodeResult, cut_after_eos
 
 
 # ---- network output ---------------------------------------------------------------------------------------------
@@ -135,15 +133,3 @@ def dream_transfer_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Ten
     if last:
         return int(mean_masks)
     return int(mean_masks * (1 - s / t))
-
-
-# ---- results ----------------------------------------------------------------------------------------------------
-def rows_to_results(tokens: torch.Tensor, nfe: float, eos_ids: Sequence[int]) -> list[DecodeResult]:
-    """Per-row ``DecodeResult``: ids cut after the first end-of-sequence id, the batch's forwards split evenly."""
-    rows = tokens.tolist()
-    per_row_nfe = nfe / max(len(rows), 1)
-    results = []
-    for row in rows:
-        ids, found = cut_after_eos(row, eos_ids)
-        results.append(DecodeResult(token_ids=ids, nfe=per_row_nfe, hit_max_tokens=not found))
-    return results

@@ -32,7 +32,7 @@ from models.networks.common import (
 
 
 @dataclass(frozen=True)
-class DreamConfig:
+class DreamNetworkConfig:
     """config.json of Dream (Qwen2 field names). Defaults are the reference ``DreamConfig`` defaults; unsupported
     values fail in ``__post_init__``. Other fields are kept verbatim in ``extra``."""
 
@@ -83,7 +83,7 @@ class DreamConfig:
         return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "DreamConfig":
+    def from_dict(cls, d: dict[str, Any]) -> "DreamNetworkConfig":
         """Also accepts a transformers-5 style ``rope_parameters`` dict in place of ``rope_theta``/``rope_scaling``."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
@@ -100,9 +100,9 @@ class DreamConfig:
         return {**self.extra, **out}
 
 
-def tiny_dream_config(vocab_size: int) -> DreamConfig:
+def tiny_dream_config(vocab_size: int) -> DreamNetworkConfig:
     """A 2-layer, 64-wide Dream with grouped-query attention (4 q heads on 2 kv heads, as the 7B has 28 on 4)."""
-    return DreamConfig(
+    return DreamNetworkConfig(
         vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
         tie_word_embeddings=False, pad_token_id=None, mask_token_id=None, extra={"architectures": ["DreamModel"]},
@@ -112,7 +112,7 @@ def tiny_dream_config(vocab_size: int) -> DreamConfig:
 class DreamAttention(nn.Module):
     """q/k/v with bias, o_proj without; RoPE in the model dtype (networks.md §2.3.1)."""
 
-    def __init__(self, cfg: DreamConfig) -> None:
+    def __init__(self, cfg: DreamNetworkConfig) -> None:
         super().__init__()
         d, hd = cfg.hidden_size, cfg.head_dim
         self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.kv_heads
@@ -134,7 +134,7 @@ class DreamAttention(nn.Module):
 
 
 class DreamMLP(nn.Module):
-    def __init__(self, cfg: DreamConfig) -> None:
+    def __init__(self, cfg: DreamNetworkConfig) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -145,7 +145,7 @@ class DreamMLP(nn.Module):
 
 
 class DreamLayer(nn.Module):
-    def __init__(self, cfg: DreamConfig) -> None:
+    def __init__(self, cfg: DreamNetworkConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = DreamAttention(cfg)
@@ -161,7 +161,7 @@ class DreamLayer(nn.Module):
 class DreamNetwork(nn.Module):
     """Dream-v0-7B as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head``."""
 
-    def __init__(self, config: DreamConfig) -> None:
+    def __init__(self, config: DreamNetworkConfig) -> None:
         super().__init__()
         self.config = config
         self.model = nn.Module()

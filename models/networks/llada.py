@@ -32,7 +32,7 @@ from models.networks.common import (
 
 
 @dataclass(frozen=True)
-class LLaDAConfig:
+class LLaDANetworkConfig:
     """config.json of LLaDA (OLMo field names). Defaults are the reference ``ModelConfig`` defaults (GPT-2-like,
     not LLaDA's), so a config.json read here means what it means to the reference; unsupported values fail in
     ``__post_init__``. Fields this network does not use are kept verbatim in ``extra``."""
@@ -121,7 +121,7 @@ class LLaDAConfig:
         return self.embedding_size or self.vocab_size
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LLaDAConfig":
+    def from_dict(cls, d: dict[str, Any]) -> "LLaDANetworkConfig":
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
         extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
@@ -132,9 +132,9 @@ class LLaDAConfig:
         return {**self.extra, **out}
 
 
-def tiny_llada_config(vocab_size: int) -> LLaDAConfig:
+def tiny_llada_config(vocab_size: int) -> LLaDANetworkConfig:
     """A 2-layer, 64-wide LLaDA with the real architecture flags (MHA like the 8B), for offline tests."""
-    return LLaDAConfig(
+    return LLaDANetworkConfig(
         d_model=64, n_heads=4, n_kv_heads=4, n_layers=2, mlp_hidden_size=96, activation_type="silu",
         block_type="llama", rope=True, rope_theta=500000.0, layer_norm_type="rms", rms_norm_eps=1e-5,
         max_sequence_length=256, include_qkv_bias=False, bias_for_layer_norm=False, vocab_size=vocab_size,
@@ -146,7 +146,7 @@ def tiny_llada_config(vocab_size: int) -> LLaDAConfig:
 class LLaDABlock(nn.Module):
     """``LLaDALlamaBlock``: pre-norm attention then SwiGLU MLP (ff_proj is the gate, ff_out the down projection)."""
 
-    def __init__(self, cfg: LLaDAConfig) -> None:
+    def __init__(self, cfg: LLaDANetworkConfig) -> None:
         super().__init__()
         d, hd = cfg.d_model, cfg.head_dim
         self.n_heads, self.n_kv = cfg.n_heads, cfg.kv_heads
@@ -177,7 +177,7 @@ class LLaDABlock(nn.Module):
 class LLaDANetwork(nn.Module):
     """LLaDA-8B as stored: ``model.transformer.{wte, blocks.{i}.*, ln_f, ff_out}`` (ff_out at the top is the LM head)."""
 
-    def __init__(self, config: LLaDAConfig) -> None:
+    def __init__(self, config: LLaDANetworkConfig) -> None:
         super().__init__()
         self.config = config
         self.model = nn.Module()

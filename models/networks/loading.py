@@ -17,18 +17,18 @@ from safetensors.torch import save_file
 from torch import nn
 
 from models.networks.common import RMSNorm
-from models.networks.dream import DreamConfig, DreamNetwork
-from models.networks.llada import LLaDAConfig, LLaDANetwork
-from models.networks.qwen3 import Qwen3Config, Qwen3Network
+from models.networks.dream import DreamNetworkConfig, DreamNetwork
+from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
+from models.networks.qwen3 import Qwen3NetworkConfig, Qwen3Network
 
 Kind = Literal["llada", "dream", "qwen3"]
 Network = LLaDANetwork | DreamNetwork | Qwen3Network
-Config = LLaDAConfig | DreamConfig | Qwen3Config
+Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig
 
 _KINDS: dict[str, tuple[type, type, str]] = {
-    "llada": (LLaDAConfig, LLaDANetwork, "LLaDA"),
-    "dream": (DreamConfig, DreamNetwork, "Dream"),
-    "qwen3": (Qwen3Config, Qwen3Network, "Qwen3"),
+    "llada": (LLaDANetworkConfig, LLaDANetwork, "LLaDA"),
+    "dream": (DreamNetworkConfig, DreamNetwork, "Dream"),
+    "qwen3": (Qwen3NetworkConfig, Qwen3Network, "Qwen3"),
 }
 _DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,

@@ -24,7 +24,7 @@ from models.networks.kv_buffer import KVBuffer, Reservation
 
 
 @dataclass(frozen=True)
-class Qwen3Config:
+class Qwen3NetworkConfig:
     """config.json of a Qwen3 causal LM (transformers field names, its defaults); unsupported values fail early."""
 
     vocab_size: int = 151936
@@ -68,7 +68,7 @@ class Qwen3Config:
         return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Qwen3Config":
+    def from_dict(cls, d: dict[str, Any]) -> "Qwen3NetworkConfig":
         """Also accepts transformers-5 ``rope_parameters`` in place of ``rope_theta``/``rope_scaling``."""
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known = {k: v for k, v in d.items() if k in names}
@@ -86,7 +86,7 @@ class Qwen3Config:
 
 
 class Qwen3Attention(nn.Module):
-    def __init__(self, cfg: Qwen3Config) -> None:
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
         super().__init__()
         d, hd = cfg.hidden_size, cfg.dim_per_head
         self.n_heads, self.n_kv, self.hd = cfg.num_attention_heads, cfg.kv_heads, hd
@@ -114,7 +114,7 @@ class Qwen3Attention(nn.Module):
 
 
 class Qwen3MLP(nn.Module):
-    def __init__(self, cfg: Qwen3Config) -> None:
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -125,7 +125,7 @@ class Qwen3MLP(nn.Module):
 
 
 class Qwen3Layer(nn.Module):
-    def __init__(self, cfg: Qwen3Config) -> None:
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Qwen3Attention(cfg)
@@ -149,7 +149,7 @@ def default_causal_mask(lengths: list[int], n_new: int, key_len: int, device: to
 class Qwen3Network(nn.Module):
     """Qwen3ForCausalLM as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` unless tied."""
 
-    def __init__(self, config: Qwen3Config) -> None:
+    def __init__(self, config: Qwen3NetworkConfig) -> None:
         super().__init__()
         self.config = config
         self.model = nn.Module()

@@ -120,7 +120,7 @@ class NudgedLM(torch.nn.Module):
 
 def native_copy(model: Qwen3ForCausalLM):
     """The native Qwen3 network with the same weights (the stored names are the same), for the native decoder path."""
-    from models.networks.qwen3 import Qwen3Config as NativeConfig, Qwen3Network
+    from models.networks.qwen3 import Qwen3NetworkConfig as NativeConfig, Qwen3Network
 
     net = Qwen3Network(NativeConfig.from_dict(model.config.to_dict()))
     net.load_state_dict(model.state_dict(), strict=True)

@@ -17,17 +17,17 @@ from diffusion_stubs import (
     one_hot_table,
     per_position_logits,
 )
-from models.base import ConfigError, DecodeResult
+from models.decoders.contract import ConfigError, DecodeResult
 from models.decoders.dream import (
     DreamConfig,
-    dream_decode_results,
+    dream_at_canvas,
     dream_generate,
     padding_inputs,
     validate_dream_config,
 )
 
 V, MASK, EOS = 16, 15, 14
-BASE = DreamConfig(max_new_tokens=8, steps=4, mask_id=MASK, eos_id=EOS)
+BASE = DreamConfig(max_new_tokens=8, steps=4, mask_id=MASK, eos_ids=(EOS,))
 
 
 def cfg(**changes) -> DreamConfig:
@@ -76,10 +76,19 @@ def test_bad_configs_raise_one_line_errors(changes, message):
     assert "\n" not in str(info.value)
 
 
-def test_defaults_match_the_reference_ids():
+def test_token_ids_are_never_silent_defaults_and_the_canvas_sets_steps():
     default = DreamConfig()
-    assert (default.mask_id, default.eos_id, default.eps) == (151666, 151643, 1e-3)
-    validate_dream_config(default)
+    assert (default.max_new_tokens, default.mask_id, default.eos_ids, default.eps) == (None, None, None, 1e-3)
+    with pytest.raises(ConfigError, match="max_new_tokens is not set"):
+        validate_dream_config(default)
+    resolved = dream_at_canvas(default, 512)
+    assert (resolved.max_new_tokens, resolved.steps) == (512, 512)
+    validate_dream_config(resolved)
+    assert dream_at_canvas(dataclasses.replace(default, steps=64), 256).steps == 64
+    net = ScriptedNet(per_position_logits(one_hot_table([0, 5, 6, 7], V)))
+    with pytest.raises(ConfigError, match="mask_id is not set") as info:
+        dream_generate(net, torch.tensor([[1]]), None, dataclasses.replace(resolved, max_new_tokens=3, steps=3))
+    assert "\n" not in str(info.value)
 
 
 # ---- alignment -----------------------------------------------------------------------------------------------------
@@ -249,7 +258,7 @@ def test_decode_results_cut_after_eos_and_split_nfe():
     f = [0, 5, 6, EOS, 7, EOS, 8]
     net = ScriptedNet(per_position_logits(one_hot_table(f, V)))
     out = dream_generate(net, torch.tensor([[1], [2]]), None, cfg(max_new_tokens=6, steps=3))
-    assert dream_decode_results(out, BASE) == [DecodeResult([0, 5, 6, EOS], 1.5, False)] * 2
+    assert list(out.rows) == [DecodeResult([0, 5, 6, EOS], 1.5, False)] * 2
     no_eos = dream_generate(ScriptedNet(per_position_logits(one_hot_table([0, 5, 6, 7], V))), torch.tensor([[1]]),
                             None, cfg(max_new_tokens=3, steps=2))
-    assert dream_decode_results(no_eos, BASE) == [DecodeResult([0, 5, 6], 2.0, True)]
+    assert list(no_eos.rows) == [DecodeResult([0, 5, 6], 2.0, True)]

@@ -3,37 +3,32 @@ scripted networks with known confidences."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
 import pytest
 import torch
 
-from diffusion_stubs import ScriptedNet, per_position_logits
-from models.base import ConfigError
+from diffusion_stubs import ScriptedNet, one_hot_table, per_position_logits
+from fastdllm_modes import MODES, mode_config
+from models.decoders.contract import ConfigError, DecodeResult
 from models.decoders.dream import DreamConfig, dream_generate
 from models.decoders.fastdllm import Padding, full_forward, window_forward
 from models.decoders.fastdllm_dream import FastDreamConfig, fastdllm_dream_generate, validate_fast_dream_config
-from models.decoders.fastdllm_llada import (
-    FastLLaDAConfig,
-    fast_llada_decode_results,
-    fastdllm_llada_generate,
-    validate_fast_llada_config,
-)
-from models.decoders.fastdllm_modes import MODES, mode_config
+from models.decoders.fastdllm_llada import FastLLaDAConfig, fastdllm_llada_generate, validate_fast_llada_config
 from models.decoders.llada import LLaDAConfig, llada_generate
 from models.networks.common import KVCache
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
+from models.options import option, replace_leaves
 
 V, MASK, EOS, EOT = 64, 63, 1, 2
 PROMPT = torch.tensor([[5, 17, 33, 8, 21, 40]])
-LLADA = FastLLaDAConfig(gen_length=16, steps=16, block_length=8, threshold=0.7, cache="none", mask_id=MASK,
-                        eos_id=EOS, eot_id=EOT)
-DREAM = FastDreamConfig(max_new_tokens=16, steps=4, block_length=8, threshold=0.7, cache="none", mask_id=MASK,
-                        eos_id=EOS)
+LLADA = replace_leaves(FastLLaDAConfig(), gen_length=16, steps=16, block_length=8, threshold=0.7, cache="none",
+                       mask_id=MASK, eos_id=EOS, eot_id=EOT)
+DREAM = replace_leaves(FastDreamConfig(), max_new_tokens=16, steps=4, block_length=8, threshold=0.7, cache="none",
+                       mask_id=MASK, eos_ids=(EOS,))
 
 
 def network(kind: str, sharpen: float = 1.0):
@@ -66,8 +61,8 @@ def nets() -> dict[tuple[str, float], torch.nn.Module]:
 
 def generate(kind: str, net, ids, mask, **changes):
     if kind == "llada":
-        return fastdllm_llada_generate(net, ids, mask, dataclasses.replace(LLADA, **changes))
-    return fastdllm_dream_generate(net, ids, mask, dataclasses.replace(DREAM, **changes))
+        return fastdllm_llada_generate(net, ids, mask, replace_leaves(LLADA, **changes))
+    return fastdllm_dream_generate(net, ids, mask, replace_leaves(DREAM, **changes))
 
 
 # ---- a recording wrapper ------------------------------------------------------------------------------------------
@@ -142,7 +137,7 @@ MODES_ALL = [(k, c) for k in ("llada", "dream") for c in ("none", "prefix", "dua
 )
 def test_bad_llada_configs_raise_one_line_errors(changes, message):
     with pytest.raises(ConfigError, match=message) as info:
-        validate_fast_llada_config(dataclasses.replace(LLADA, **changes))
+        validate_fast_llada_config(replace_leaves(LLADA, **changes))
     assert "\n" not in str(info.value)
 
 
@@ -158,7 +153,7 @@ def test_bad_llada_configs_raise_one_line_errors(changes, message):
 )
 def test_bad_dream_configs_raise_one_line_errors(changes, message):
     with pytest.raises(ConfigError, match=message) as info:
-        validate_fast_dream_config(dataclasses.replace(DREAM, **changes))
+        validate_fast_dream_config(replace_leaves(DREAM, **changes))
     assert "\n" not in str(info.value)
 
 
@@ -172,8 +167,8 @@ def test_paper_modes_follow_the_evaluation_table():
         validate_fast_llada_config(llada)
         validate_fast_dream_config(dream)
         for cfg in (llada, dream):
-            assert (cfg.cache, cfg.threshold, cfg.steps, cfg.block_length) == (*expected, 32)
-        assert dream.alg == "entropy" and dream.seed == 3
+            assert tuple(option(cfg, k) for k in ("cache", "threshold", "steps", "block_length")) == (*expected, 32)
+        assert dream.dream.alg == "entropy" and dream.dream.seed == 3
     with pytest.raises(ConfigError, match="unknown Fast-dLLM mode"):
         mode_config("llada", "turbo", 256)
 
@@ -216,7 +211,7 @@ def test_llada_threshold_takes_top1_and_every_mask_at_or_above_it():
     table = torch.stack([torch.zeros(V, dtype=torch.float64)] * 2 + rows).float()
     threshold = float(torch.softmax(table[4].double(), -1)[10])  # the float64 confidence of the 0.9 position
     net = ScriptedNet(per_position_logits(table))
-    cfg = dataclasses.replace(LLADA, gen_length=4, steps=4, block_length=4, threshold=threshold)
+    cfg = replace_leaves(LLADA, gen_length=4, steps=4, block_length=4, threshold=threshold)
     out = fastdllm_llada_generate(net, torch.tensor([[3, 4]]), None, cfg)
     masks = [(c.x[0, 2:] == MASK).tolist() for c in net.calls]
     assert masks == [[True] * 4, [False, True, False, True], [False, False, False, True]]
@@ -229,7 +224,7 @@ def test_no_threshold_no_cache_equals_plain_llada(nets):
     net = nets["llada", 1.0]
     ids = torch.tensor([[0, 0, 5, 17, 33], [9, 12, 44, 3, 7]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
-    fast = fastdllm_llada_generate(net, ids, mask, dataclasses.replace(LLADA, threshold=None))
+    fast = fastdllm_llada_generate(net, ids, mask, replace_leaves(LLADA, threshold=None))
     plain = llada_generate(net, ids, mask, LLaDAConfig(gen_length=16, steps=16, block_length=8, mask_id=MASK,
                                                        eos_id=EOS, eot_id=EOT))
     assert torch.equal(fast.tokens, plain.tokens) and fast.nfe == plain.nfe == 16
@@ -239,7 +234,7 @@ def test_dream_without_cache_or_threshold_is_plain_dream(nets):
     net = nets["dream", 1.0]
     fast = generate("dream", net, PROMPT, None, threshold=None, steps=16, alg="topk_margin")
     plain = dream_generate(net, PROMPT, None, DreamConfig(max_new_tokens=16, steps=16, alg="topk_margin",
-                                                          mask_id=MASK, eos_id=EOS))
+                                                          mask_id=MASK, eos_ids=(EOS,)))
     assert torch.equal(fast.tokens, plain.tokens) and fast.nfe == plain.nfe
 
 
@@ -455,9 +450,9 @@ def test_left_padded_batch_equals_single_runs(nets, kind, cache):
         assert torch.equal(batched.tokens[row], single.tokens[0])
 
 
-def test_decode_results_cut_after_eos_or_eot_and_split_nfe(nets):
-    out = generate("llada", nets["llada", 8.0], PROMPT, None)
-    tokens = out.tokens.clone()
-    tokens[0, 3] = EOT
-    results = fast_llada_decode_results(dataclasses.replace(out, tokens=tokens), LLADA)
-    assert results[0].token_ids == tokens[0, :4].tolist() and results[0].nfe == out.nfe
+def test_rows_cut_after_eos_or_eot_and_split_nfe():
+    table = one_hot_table([0, 0, 5, 6, 7, EOT, 8, EOS, 9, 10], V)
+    cfg = replace_leaves(LLADA, gen_length=8, steps=8, block_length=8, threshold=None)
+    out = fastdllm_llada_generate(ScriptedNet(per_position_logits(table)), torch.tensor([[3, 4], [3, 4]]), None, cfg)
+    assert out.tokens[0].tolist() == [5, 6, 7, EOT, 8, EOS, 9, 10] and out.nfe == 8
+    assert list(out.rows) == [DecodeResult([5, 6, 7, EOT], 4.0, False)] * 2

@@ -16,8 +16,8 @@ from diffusion_stubs import (
     one_hot_table,
     per_position_logits,
 )
-from models.base import ConfigError, DecodeResult
-from models.decoders.llada import LLaDAConfig, llada_decode_results, llada_generate, validate_llada_config
+from models.decoders.contract import ConfigError, DecodeResult
+from models.decoders.llada import LLaDAConfig, llada_at_canvas, llada_generate, validate_llada_config
 
 V, MASK, EOS, EOT = 16, 15, 14, 13
 BASE = LLaDAConfig(gen_length=8, steps=8, block_length=8, mask_id=MASK, eos_id=EOS, eot_id=EOT)
@@ -60,10 +60,20 @@ def test_bad_configs_raise_one_line_errors(changes, message):
     assert "\n" not in str(info.value)
 
 
-def test_defaults_match_the_reference_ids():
+def test_token_ids_are_never_silent_defaults_and_the_canvas_sets_steps():
     default = LLaDAConfig()
-    assert (default.mask_id, default.eos_id, default.eot_id) == (126336, 126081, 126348)
-    validate_llada_config(default)
+    assert (default.gen_length, default.mask_id, default.eos_id, default.eot_id) == (None, None, None, None)
+    with pytest.raises(ConfigError, match="gen_length is not set"):
+        validate_llada_config(default)
+    resolved = llada_at_canvas(default, 512)
+    assert (resolved.gen_length, resolved.steps, resolved.block_length) == (512, 512, 512)
+    validate_llada_config(resolved)
+    assert llada_at_canvas(dataclasses.replace(default, steps=64, block_length=32), 256).steps == 64
+    net = ScriptedNet(per_position_logits(one_hot_table([0, 5, 6, 7], V)))
+    with pytest.raises(ConfigError, match="mask_id is not set") as info:
+        llada_generate(net, torch.tensor([[1]]), None, dataclasses.replace(resolved, gen_length=3, steps=3,
+                                                                           block_length=3))
+    assert "\n" not in str(info.value)
 
 
 # ---- alignment and schedule ----------------------------------------------------------------------------------------
@@ -254,8 +264,7 @@ def test_decode_results_cut_after_eos_or_eot_and_split_nfe():
     table = one_hot_table([0, 5, EOT, 6, EOS, 7, 8], V)
     net = ScriptedNet(per_position_logits(table))
     out = llada_generate(net, torch.tensor([[1], [2]]), None, cfg(gen_length=6, steps=6, block_length=6))
-    results = llada_decode_results(out, BASE)
-    assert results == [DecodeResult([5, EOT], 3.0, False)] * 2
+    assert list(out.rows) == [DecodeResult([5, EOT], 3.0, False)] * 2
     no_eos = llada_generate(ScriptedNet(per_position_logits(one_hot_table([0, 5, 6, 7], V))), torch.tensor([[1]]),
                             None, cfg(gen_length=3, steps=3, block_length=3))
-    assert llada_decode_results(no_eos, BASE) == [DecodeResult([5, 6, 7], 3.0, True)]
+    assert list(no_eos.rows) == [DecodeResult([5, 6, 7], 3.0, True)]

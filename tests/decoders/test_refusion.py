@@ -17,9 +17,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from models.base import ConfigError
+from models.decoders.contract import ConfigError
 from models.decoders.kv import drop_last_entries
-from models.decoders.refusion import CommitEvent, RefusionConfig, refusion_generate, validate_refusion_config
+from models.decoders.refusion import (CommitEvent, RefusionConfig, refusion_decode_row, refusion_generate,
+                                      validate_refusion_config)
 from refusion_stubs import NudgedLM, NudgedNative, ScriptedLM, native_copy, tiny_qwen
 
 torch.set_num_threads(2)
@@ -214,14 +215,14 @@ def test_invalid_configs_raise_one_line(overrides, needle):
 
 
 def test_valid_config_and_bad_prompt(model):
-    validate_refusion_config(RefusionConfig())  # the defaults: 512 = 2 blocks x 32 slots x 8
+    validate_refusion_config(RefusionConfig(gen_length=512))  # the defaults: 512 = 2 blocks x 32 slots x 8
     validate_refusion_config(config(slot_threshold=1.0, token_threshold=0.0))
     with pytest.raises(ValueError, match=r"shape \[1, P\]"):
-        refusion_generate(model, torch.zeros(2, 3, dtype=torch.long), config())
+        refusion_decode_row(model, torch.zeros(2, 3, dtype=torch.long), config())
     with pytest.raises(ValueError, match="torch.long"):
-        refusion_generate(model, torch.zeros(1, 3, dtype=torch.int32), config())
+        refusion_decode_row(model, torch.zeros(1, 3, dtype=torch.int32), config())
     with pytest.raises(ConfigError):
-        refusion_generate(model, make_prompt(), config(gen_length=30))
+        refusion_decode_row(model, make_prompt(), config(gen_length=30))
 
 
 # ---- 1: cache equivalence -----------------------------------------------------------------------------------------
@@ -253,7 +254,7 @@ def test_decoder_cache_equals_full_recompute_of_reordered_buffer(model):
     prompt = make_prompt()
     cfg = config(slot_threshold=1.0, token_threshold=0.0)  # one slot per round, always committed by verification
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
-    refusion_generate(model, prompt, cfg, on_commit=tracker)
+    refusion_decode_row(model, prompt, cfg, on_commit=tracker)
     assert any(list(e.positions) != sorted(e.positions) for e in tracker.events), "buffer never left position order"
     for event, kv in zip(tracker.events, tracker.kv):
         assert event.path == "verify"
@@ -278,7 +279,7 @@ def test_parallel_commit_keeps_each_slots_own_kv(model):
     prompt = make_prompt()
     cfg = config(slot_threshold=0.0, token_threshold=1.0)  # every slot chosen, completed in parallel
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
-    refusion_generate(model, prompt, cfg, on_commit=tracker)
+    refusion_decode_row(model, prompt, cfg, on_commit=tracker)
     assert [e.path for e in tracker.events] == ["parallel", "parallel"]
     visible = torch.ones(prompt.shape[1], prompt.shape[1]).tril().bool()
     for event, kv in zip(tracker.events, tracker.kv):
@@ -332,7 +333,7 @@ def test_matches_reference_algorithm(strength, overrides, network):
     for seed in (1, 2):
         prompt = make_prompt(5, seed=seed)
         tracker = Tracker(prompt.shape[1], cfg.gen_length)
-        out = refusion_generate(decoder_model, prompt, cfg, on_commit=tracker)
+        out = refusion_decode_row(decoder_model, prompt, cfg, on_commit=tracker)
         ids, nfe, tpf = reference_refusion(model, prompt, cfg)
         assert out.token_ids == ids
         assert out.nfe == nfe
@@ -357,7 +358,7 @@ def test_invariants_and_full_canvas_without_eos(model, overrides):
     prompt = make_prompt()
     cfg = config(**overrides)
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
-    out = refusion_generate(model, prompt, cfg, on_commit=tracker)
+    out = refusion_decode_row(model, prompt, cfg, on_commit=tracker)
     final = tracker.events[-1]
     assert sorted(final.positions) == list(range(prompt.shape[1] + cfg.gen_length))
     order = sorted(range(len(final.positions)), key=final.positions.__getitem__)
@@ -370,7 +371,7 @@ def test_invariants_and_full_canvas_without_eos(model, overrides):
 def test_zero_thresholds_are_one_step_mdm_per_block(model):
     prompt = make_prompt()
     cfg = config(slot_threshold=0.0, token_threshold=0.0, serial_num_blocks=2)
-    out = refusion_generate(model, prompt, cfg)
+    out = refusion_decode_row(model, prompt, cfg)
     assert out.nfe == 2 * cfg.serial_num_blocks
     block = cfg.gen_length // cfg.serial_num_blocks
     assert out.tokens_per_forward == cfg.slot_size * (block // cfg.slot_size) / 2
@@ -400,7 +401,7 @@ def test_slot_threshold_one_commits_the_best_slot_each_round():
     for j, c in enumerate(ranking):
         net.plan_conf[p + 4 * j] = c
     tracker = Tracker(p, 16)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net, slot_threshold=1.0,
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net, slot_threshold=1.0,
                                                                                   token_threshold=0.9), tracker)
     committed_slots = [(e.positions[-4] - p) // 4 for e in tracker.events]
     assert committed_slots == [1, 3, 2, 0]
@@ -412,7 +413,7 @@ def test_slot_threshold_one_on_a_network_picks_highest_first_token_score(model):
     prompt = make_prompt()
     cfg = config(slot_threshold=1.0, token_threshold=0.0, serial_num_blocks=1)
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
-    out = refusion_generate(model, prompt, cfg, on_commit=tracker)
+    out = refusion_decode_row(model, prompt, cfg, on_commit=tracker)
     assert out.nfe == 2 * (cfg.gen_length // cfg.slot_size) and all(e.n_new == cfg.slot_size for e in tracker.events)
     p = prompt.shape[1]
     tokens, positions = prompt[0].tolist(), list(range(p))
@@ -430,11 +431,11 @@ def test_slot_threshold_one_on_a_network_picks_highest_first_token_score(model):
 def test_token_threshold_one_costs_two_forwards_per_slot_token(model):
     prompt = make_prompt()
     cfg = config(slot_threshold=0.0, token_threshold=1.0, slot_size=4, serial_num_blocks=2)
-    out = refusion_generate(model, prompt, cfg)
+    out = refusion_decode_row(model, prompt, cfg)
     assert out.iterations == 2 and out.nfe == 2 * cfg.slot_size * out.iterations
     # with the scripted network: every token after the first of a slot is an MDM proposal (= target)
     net = scripted(4 + 16, ar_conf=0.99)
-    out = refusion_generate(net, torch.tensor([net.target[:4]]), scripted_config(net, slot_threshold=0.0,
+    out = refusion_decode_row(net, torch.tensor([net.target[:4]]), scripted_config(net, slot_threshold=0.0,
                                                                                   token_threshold=1.0))
     assert out.nfe == 2 * 4 and out.token_ids == net.target[4:20]
     # in-slot windows start at the last token every slot accepted, re-fed so its logits score the next token; the
@@ -446,7 +447,7 @@ def test_token_threshold_one_costs_two_forwards_per_slot_token(model):
 def test_thresholds_compare_strictly():
     """Probabilities of exactly 1.0 do not pass thresholds of 1.0 (the reference compares with >)."""
     net = scripted(4 + 16, plan_conf=1.0, ar_conf=1.0)
-    out = refusion_generate(net, torch.tensor([net.target[:4]]), scripted_config(net, slot_threshold=1.0,
+    out = refusion_decode_row(net, torch.tensor([net.target[:4]]), scripted_config(net, slot_threshold=1.0,
                                                                                   token_threshold=1.0))
     assert out.iterations == 4 and out.nfe == 4 * 2 * 4 and out.token_ids == net.target[4:20]
 
@@ -456,7 +457,7 @@ def test_slot_size_one_is_threshold_parallel_single_token_mdm(model):
     prompt = make_prompt()
     cfg = config(slot_size=1, gen_length=12, serial_num_blocks=1, slot_threshold=0.6, token_threshold=0.99)
     tracker = Tracker(prompt.shape[1], cfg.gen_length)
-    out = refusion_generate(model, prompt, cfg, on_commit=tracker)
+    out = refusion_decode_row(model, prompt, cfg, on_commit=tracker)
     assert all(e.path == "verify" for e in tracker.events)  # verification can never reject a 1-token slot
     tokens, positions = prompt[0].tolist(), list(range(prompt.shape[1]))
     remaining = list(range(prompt.shape[1], prompt.shape[1] + cfg.gen_length))
@@ -478,13 +479,13 @@ def test_slot_size_one_is_threshold_parallel_single_token_mdm(model):
 def test_plan_reads_unshifted_and_verification_reads_shifted():
     p = 4
     net = scripted(p + 16)  # masks predict their own position, tokens predict the next one
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net))
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net))
     assert out.token_ids == net.target[p:p + 16]
     assert out.nfe == 2  # one plan + one verify accepted every slot: both readings must be right for this
     # one weak AR score inside slot 0 sends the round to the in-slot loop: exactly one pass completes it
     net = scripted(p + 16)
     net.ar_conf[p + 1] = 0.5
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net))
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net))
     assert out.token_ids == net.target[p:p + 16] and out.nfe == 4
     draft, verify = net.calls[2:]  # the in-slot pass: 4 windows in one row on top of the prompt, no cache copy
     assert (draft.input_ids == net.mask_id).any() and (verify.input_ids != net.mask_id).all()
@@ -502,7 +503,7 @@ def test_eos_in_parallel_path_keeps_earlier_unchosen_slots():
         net.plan_conf[p + 4 * j] = c
     net.ar_conf[p + 9] = 0.5  # slot 2's second token fails global verification -> in-slot path
     tracker = Tracker(p, 16)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
     assert tracker.events[0].path == "parallel" and tracker.events[0].n_new == 3  # slot 2 up to its EOS
     assert out.token_ids == net.target[p:p + 11] and not out.hit_max_tokens
     assert out.nfe == 4 + 2 + 2  # then slots 0 and 1, one round each
@@ -522,7 +523,7 @@ def test_eos_in_parallel_path_drops_later_rows(eos_slot, expected_nfe):
         if q % 4:
             net.ar_conf[q] = 0.5  # slots 2 and 3 would need more passes if they were kept
     tracker = Tracker(p, 16)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
     assert out.token_ids == net.target[p:eos_pos + 1] and out.nfe == expected_nfe
     assert len(tracker.events) == 1 and tracker.events[0].path == "parallel"
 
@@ -536,7 +537,7 @@ def test_output_is_cut_at_first_eos_in_position_order():
     for j, c in enumerate([0.5, 0.5, 0.5, 0.95]):
         net.plan_conf[p + 4 * j] = c
     tracker = Tracker(p, 16)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net), tracker)
     assert [e.positions[len(e.tokens) - e.n_new] for e in tracker.events] == [p + 12, p, p + 4]
     assert out.committed_tokens == 10
     assert out.token_ids == net.target[p:p + 6] and out.token_ids[-1] == eos
@@ -548,7 +549,7 @@ def test_eos_stops_later_serial_blocks():
     net = scripted(p + 16)
     net.target[p + 2] = net.vocab - 2
     tracker = Tracker(p, 16)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net, serial_num_blocks=2), tracker)
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net, serial_num_blocks=2), tracker)
     assert out.token_ids == net.target[p:p + 3] and out.nfe == 2
     assert max(tracker.events[-1].positions) < p + 8  # block 2 never generated
 
@@ -557,9 +558,9 @@ def test_eos_stops_later_serial_blocks():
 def test_seeded_sampling_is_reproducible(model):
     prompt = make_prompt()
     cfg = config(temperature=1.0, slot_threshold=0.5, token_threshold=0.05, seed=11)
-    a, b = refusion_generate(model, prompt, cfg), refusion_generate(model, prompt, cfg)
+    a, b = refusion_decode_row(model, prompt, cfg), refusion_decode_row(model, prompt, cfg)
     assert a == b
-    others = [refusion_generate(model, prompt, config(temperature=1.0, slot_threshold=0.5, token_threshold=0.05,
+    others = [refusion_decode_row(model, prompt, config(temperature=1.0, slot_threshold=0.5, token_threshold=0.05,
                                                       seed=s)).token_ids for s in (12, 13, 14)]
     assert any(o != a.token_ids for o in others)
 
@@ -568,13 +569,13 @@ def test_temperature_changes_only_plan_proposals():
     p = 4
     # near one-hot plan distributions: sampling cannot change a proposal, so nothing changes at all
     net = scripted(p + 16, plan_conf=1.0)
-    greedy = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net))
-    hot = refusion_generate(net, torch.tensor([net.target[:p]]), scripted_config(net, temperature=2.0, seed=0))
+    greedy = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net))
+    hot = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net, temperature=2.0, seed=0))
     assert hot == greedy
     # flat plan distributions: the sampled plan proposals become slot heads; in-slot drafts stay greedy (= target)
     net = scripted(p + 16, plan_conf=0.5)
     cfg = scripted_config(net, temperature=2.0, seed=3, slot_threshold=0.0, token_threshold=1.0, eos_id=NO_EOS)
-    out = refusion_generate(net, torch.tensor([net.target[:p]]), cfg)
+    out = refusion_decode_row(net, torch.tensor([net.target[:p]]), cfg)
     heads = [i for i in range(16) if i % 4 == 0]
     assert [out.token_ids[i] for i in range(16) if i not in heads] == [net.target[p + i] for i in range(16) if i not in heads]
     assert any(out.token_ids[i] != net.target[p + i] for i in heads), "sampling never moved a plan proposal"
@@ -586,7 +587,7 @@ def test_slot_scores_come_from_the_unnoised_softmax():
     net = scripted(p + 32, plan_conf=0.7)
     cfg = scripted_config(net, gen_length=32, temperature=1.0, seed=5, slot_threshold=0.65, token_threshold=0.9,
                           eos_id=NO_EOS)
-    refusion_generate(net, torch.tensor([net.target[:p]]), cfg)
+    refusion_decode_row(net, torch.tensor([net.target[:p]]), cfg)
     plan_idx = [i for i, c in enumerate(net.calls) if c.input_ids.shape[0] == 1 and (c.input_ids[0, -4:] == net.mask_id).all()]
     checked = 0
     for i in plan_idx:
@@ -601,7 +602,22 @@ def test_slot_scores_come_from_the_unnoised_softmax():
 
 
 def test_to_decode_result(model):
-    out = refusion_generate(model, make_prompt(), config(slot_threshold=0.0, token_threshold=0.0))
+    out = refusion_decode_row(model, make_prompt(), config(slot_threshold=0.0, token_threshold=0.0))
     result = out.to_decode_result()
     assert result.token_ids == out.token_ids and result.nfe == float(out.nfe) and result.hit_max_tokens
     assert math.isfinite(out.tokens_per_forward)
+
+
+def test_contract_decodes_each_left_padded_row_alone_and_needs_token_ids(model):
+    cfg = config(slot_threshold=0.5, token_threshold=0.5)
+    short, long = make_prompt(3, seed=5), make_prompt(7, seed=6)
+    ids = torch.cat([torch.cat([torch.zeros(1, 4, dtype=torch.long), short], 1), long])
+    mask = torch.tensor([[0] * 4 + [1] * 3, [1] * 7])
+    out = refusion_generate(model, ids, mask, cfg)
+    alone = [refusion_decode_row(model, p, cfg) for p in (short, long)]
+    assert [r.token_ids for r in out.rows] == [a.token_ids for a in alone]
+    assert [r.nfe for r in out.rows] == [float(a.nfe) for a in alone] and out.nfe == sum(a.nfe for a in alone)
+    assert [t.iterations for t in out.trace] == [a.iterations for a in alone]
+    with pytest.raises(ConfigError, match="mask_id is not set") as info:
+        refusion_generate(model, long, None, config(mask_id=None))
+    assert "\n" not in str(info.value)

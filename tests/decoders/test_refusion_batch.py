@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from models.decoders.refusion import RefusionConfig, refusion_generate, refusion_generate_batch
+from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows, refusion_generate
 from models.networks.kv_buffer import KVBuffer
 from refusion_stubs import NudgedNative, native_copy, tiny_qwen
 
@@ -80,9 +80,9 @@ def test_scripted_batch_rows_equal_batch_one(overrides):
     net = ScriptedNative(120, seed=3)
     c = cfg(**overrides)
     batch = prompts([3, 9, 5, 14, 1, 7])
-    singles = [refusion_generate(net, p[None], c) for p in batch]
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
     net.calls = 0
-    together = refusion_generate_batch(net, batch, c)
+    together = refusion_decode_rows(net, batch, c)
     assert [o.token_ids for o in together] == [o.token_ids for o in singles]
     assert [o.iterations for o in together] == [o.iterations for o in singles]
     assert [o.hit_max_tokens for o in together] == [o.hit_max_tokens for o in singles]
@@ -102,8 +102,8 @@ def test_tiny_network_batch_rows_equal_batch_one():
     c = RefusionConfig(gen_length=32, slot_size=4, serial_num_blocks=2, slot_threshold=0.6, token_threshold=0.6,
                        mask_id=95, eos_id=answer[22])
     batch = [torch.randint(0, 94, (n,), generator=torch.Generator().manual_seed(n)) for n in (5, 11, 2, 8)]
-    singles = [refusion_generate(net, p[None], c) for p in batch]
-    together = refusion_generate_batch(net, batch, c)
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    together = refusion_decode_rows(net, batch, c)
     assert [o.token_ids for o in together] == [o.token_ids for o in singles]
     assert len({o.nfe for o in singles}) > 1
 
@@ -116,7 +116,26 @@ def test_compiled_native_network_is_token_identical_to_eager():
     c = RefusionConfig(gen_length=16, slot_size=4, serial_num_blocks=1, slot_threshold=0.6, token_threshold=0.6,
                        mask_id=95, eos_id=10_000)
     batch = [torch.randint(0, 94, (n,), generator=torch.Generator().manual_seed(n)) for n in (5, 9)]
-    eager = refusion_generate_batch(net, batch, c)
-    compiled = refusion_generate_batch(net, batch, c, forward=torch.compile(net, dynamic=True))
+    eager = refusion_decode_rows(net, batch, c)
+    compiled = refusion_decode_rows(torch.compile(net, dynamic=True), batch, c)
     assert [o.token_ids for o in compiled] == [o.token_ids for o in eager]
     assert [o.nfe for o in compiled] == [o.nfe for o in eager]
+
+
+def test_contract_decodes_a_left_padded_batch_together():
+    """``refusion_generate`` (the decoder contract) on a native network: rows as decoded alone, one forward per round
+    for the whole batch, counted once in the batch's nfe and split across rows in theirs."""
+    net = ScriptedNative(120, seed=3)
+    c = cfg(slot_threshold=0.5, token_threshold=0.5)
+    batch = prompts([3, 9, 5])
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    width = max(p.shape[0] for p in batch)
+    ids = torch.stack([torch.cat([torch.zeros(width - p.shape[0], dtype=torch.long), p]) for p in batch])
+    mask = torch.stack([torch.arange(width) >= width - p.shape[0] for p in batch]).long()
+    net.calls = 0
+    out = refusion_generate(net, ids, mask, c)
+    assert [r.token_ids for r in out.rows] == [s.token_ids for s in singles]
+    assert [r.hit_max_tokens for r in out.rows] == [s.hit_max_tokens for s in singles]
+    assert out.nfe == net.calls == max(s.nfe for s in singles)
+    assert sum(r.nfe for r in out.rows) == pytest.approx(out.nfe)
+    assert [t.iterations for t in out.trace] == [s.iterations for s in singles]

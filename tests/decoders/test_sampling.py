@@ -8,7 +8,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from models.base import DecodeResult
+from models.decoders.contract import DecodeResult, output_from_tokens
 from models.decoders.sampling import (
     add_gumbel_noise,
     as_logits,
@@ -21,7 +21,6 @@ from models.decoders.sampling import (
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
-    rows_to_results,
     sample_categorical,
     top_k_filter,
     top_p_filter,
@@ -138,10 +137,11 @@ def test_as_logits_accepts_tensor_or_object():
         as_logits((logits,))
 
 
-def test_rows_to_results_cuts_after_first_eos_and_splits_nfe():
+def test_output_rows_cut_after_first_eos_and_split_nfe():
     tokens = torch.tensor([[5, 7, 2, 9, 2], [5, 6, 7, 8, 9], [3, 2, 9, 2, 2]])
-    results = rows_to_results(tokens, 12, eos_ids=[2, 3])
-    assert results == [
+    output = output_from_tokens(tokens, 12, eos_ids=[2, 3])
+    assert output.nfe == 12 and output.tokens is tokens
+    assert list(output.rows) == [
         DecodeResult([5, 7, 2], 4.0, False),
         DecodeResult([5, 6, 7, 8, 9], 4.0, True),
         DecodeResult([3], 4.0, False),

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from models.base import ConfigError, GenerationRequest, Message
+from models.base import GenerationRequest, Message
+from models.decoders.contract import ConfigError
 from models.loading import resolve_source
 from models.registry import load_adapter, spec_for
 from models.tiny import materialize
@@ -31,14 +32,14 @@ CASES = {
     "tiny-refusion": {"slot_size": 4, "serial_num_blocks": 2},
     "tiny-llada": {"steps": 12},
     "tiny-dream": {"steps": 12},
-    "tiny-llada+fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
-    "tiny-dream+fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
+    "tiny-llada-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
+    "tiny-dream-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
 }
 
 
 @pytest.fixture(scope="module", params=list(CASES))
 def case(request):
-    adapter = load_adapter(spec_for(request.param.split("+")[0]), CPU, torch.float32)
+    adapter = load_adapter(spec_for(request.param), CPU, torch.float32)
     return adapter, adapter.make_config(CASES[request.param])
 
 
@@ -106,4 +107,4 @@ def test_invalid_refusion_split_is_one_clear_line():
     with pytest.raises(ConfigError, match="does not split"):
         adapter.generate([chat("q", canvas=36)], adapter.make_config({"slot_size": 8, "serial_num_blocks": 2}))
     with pytest.raises(ConfigError, match="threshold"):
-        adapter.make_config({"slot_threshold": 1.5})
+        adapter.make_config({"slot_threshold": 1.5}, canvas=32)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from models.decoders.ar import SamplingConfig, ar_generate
+from models.decoders.ar import ARConfig, ar_generate
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +30,17 @@ def greedy_by_full_recompute(network, prompt: list[int], steps: int) -> list[int
     return ids[len(prompt):]
 
 
-def run(network, prompts: list[list[int]], steps: int, eos=(299,), sampling=SamplingConfig()):
+def run(network, prompts: list[list[int]], steps: int, eos=(299,), sampling=ARConfig()):
     width = max(len(p) for p in prompts)
     ids = torch.zeros(len(prompts), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, p in enumerate(prompts):
         ids[row, width - len(p):] = torch.tensor(p)
         mask[row, width - len(p):] = 1
-    return ar_generate(network, ids, mask, steps, list(eos), pad_id=0, sampling=sampling)
+    cfg = dataclasses.replace(sampling, max_new_tokens=steps, eos_ids=tuple(eos), pad_id=0)
+    output = ar_generate(network, ids, mask, cfg)
+    assert output.nfe == output.rows[0].nfe * len(prompts)
+    return list(output.rows)
 
 
 def test_cached_decoding_equals_full_recompute(network):
@@ -69,7 +74,7 @@ def test_rows_stop_at_their_own_eos(network):
 
 
 def test_sampling_is_seeded_and_differs_from_greedy(network):
-    sampling = SamplingConfig(do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    sampling = ARConfig(do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
     first = run(network, [[5, 17, 42]], 24, eos=(-1,), sampling=sampling)[0].token_ids
     second = run(network, [[5, 17, 42]], 24, eos=(-1,), sampling=sampling)[0].token_ids
     greedy = run(network, [[5, 17, 42]], 24, eos=(-1,))[0].token_ids

@@ -79,5 +79,5 @@ def test_list_names_models_tasks_and_every_decoding_option(capsys):
     assert main(["--list"]) == 0
     out = capsys.readouterr().out
     for expected in ("tiny-refusion", "llada-fastdllm", "mbpp_plus", "lmeval:<task>", "slot_size=8",
-                     "cache=none", "enable_thinking=False"):
+                     "cache=dual", "enable_thinking=False"):
         assert expected in out

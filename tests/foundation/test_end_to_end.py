@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 from harness.cli import main
 from tasks.registry import PAPER_TASKS
 
 
 def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys):
-    status = main(["--models", "tiny-qwen3", "--tasks", "all", "--limit", "3", "--data", "fixtures",
-                   "--gen-length", "32", "--output", str(tmp_path), "--no-progress"])
+    old_mask = os.umask(0o022)  # a shared runs folder: what the run writes must be readable by the group
+    try:
+        status = main(["--models", "tiny-qwen3", "--tasks", "all", "--limit", "3", "--data", "fixtures",
+                       "--gen-length", "32", "--output", str(tmp_path), "--no-progress"])
+    finally:
+        os.umask(old_mask)
     assert status == 0
     out = capsys.readouterr().out
     results = json.loads((tmp_path / "results.json").read_text())["results"]
@@ -25,3 +31,5 @@ def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys):
     code = {r["task"]: r["diagnostics"]["exec_status_counts"] for r in results if r["task"] in ("humaneval", "mbpp")}
     assert all(sum(counts.values()) == 3 for counts in code.values())
     assert (tmp_path / "report.html").stat().st_size > 10_000
+    written = [tmp_path / "results.json", tmp_path / "report.html", *(tmp_path / "samples").rglob("*.jsonl")]
+    assert {stat.S_IMODE(p.stat().st_mode) for p in written} == {0o644}

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from harness.gate import (NOT_COMPARABLE, PASS, REGRESSION, looks_binary, main_gate, paired_test, unpaired_test)
+from harness.gate import NOT_COMPARABLE, PASS, REGRESSION, main_gate
+from harness.significance import looks_binary, paired_test, unpaired_test
 from harness.stats import summarize
 
 

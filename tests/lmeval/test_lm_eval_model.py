@@ -18,7 +18,7 @@ from harness.lmeval_cli import main  # noqa: E402
 from harness.lmeval_model import (SPEED_OUTPUT_ENV, HarnessLM, HarnessLMError, RefusionLM,  # noqa: E402
                                   lm_eval_cli_output_folder, speed_folder)
 from harness.lmeval_plugin import ENTRY_POINT_GROUP, register_models  # noqa: E402
-from models.base import ConfigError  # noqa: E402
+from models.decoders.contract import ConfigError  # noqa: E402
 from models.registry import MODELS  # noqa: E402
 
 TASK = "gsm8k_cot_local"  # as in conftest.py

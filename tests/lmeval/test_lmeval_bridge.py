@@ -17,7 +17,7 @@ from lm_eval.tasks import TaskManager  # noqa: E402
 
 from harness.cli import UsageError, split_names  # noqa: E402
 from tasks.base import TaskPrompt  # noqa: E402
-from tasks.data import DataError  # noqa: E402
+from tasks.records import DataError  # noqa: E402
 from tasks.lmeval_bridge import LMEvalTask  # noqa: E402
 
 TASK = "gsm8k_cot_local"  # as in conftest.py

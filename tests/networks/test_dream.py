@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from models.networks.common import KVCache, apply_rope, rope_angles, rope_inv_freq
-from models.networks.dream import DreamConfig, DreamNetwork, tiny_dream_config
+from models.networks.dream import DreamNetworkConfig, DreamNetwork, tiny_dream_config
 from models.networks.loading import CheckpointError, build_network, load_network, save_network
 
 V = 80
@@ -48,7 +48,7 @@ def ref_rope(t: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat((t1 * ang.cos() - t2 * ang.sin(), t2 * ang.cos() + t1 * ang.sin()), dim=-1)
 
 
-def ref_forward(sd: dict, cfg: DreamConfig, ids: torch.Tensor, key_mask: torch.Tensor | None = None,
+def ref_forward(sd: dict, cfg: DreamNetworkConfig, ids: torch.Tensor, key_mask: torch.Tensor | None = None,
                 positions: torch.Tensor | None = None) -> torch.Tensor:
     """Per-head loops, explicit softmax, q/k/v biases; pad keys get -inf; positions default to 0..L-1."""
     sd = {k: v.double() for k, v in sd.items()}
@@ -131,7 +131,7 @@ def test_rope_table_for_theta_1e6():
 
 
 def test_full_size_names_and_shapes_match_the_released_checkpoint():
-    cfg = DreamConfig.from_dict(REAL_CONFIG)
+    cfg = DreamNetworkConfig.from_dict(REAL_CONFIG)
     with torch.device("meta"):
         full = DreamNetwork(cfg)
     got = {n: list(t.shape) for n, t in full.state_dict().items()}
@@ -141,18 +141,18 @@ def test_full_size_names_and_shapes_match_the_released_checkpoint():
 
 
 def test_config_round_trips_and_rejects_unsupported_values():
-    cfg = DreamConfig.from_dict(REAL_CONFIG)
+    cfg = DreamNetworkConfig.from_dict(REAL_CONFIG)
     assert cfg.to_dict() == REAL_CONFIG
     assert cfg.kv_heads == 4 and cfg.head_dim == 128
     tiny = tiny_dream_config(V)
-    assert DreamConfig.from_dict(json.loads(json.dumps(tiny.to_dict()))) == tiny
+    assert DreamNetworkConfig.from_dict(json.loads(json.dumps(tiny.to_dict()))) == tiny
     assert tiny.num_attention_heads > tiny.kv_heads  # GQA, as the 7B
     v5 = {k: v for k, v in REAL_CONFIG.items() if k != "rope_theta"} | {"rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}}
-    assert DreamConfig.from_dict(v5).rope_theta == 1e6
+    assert DreamNetworkConfig.from_dict(v5).rope_theta == 1e6
     for bad, word in (({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
                       ({"hidden_act": "gelu"}, "hidden_act"), ({"tie_word_embeddings": True}, "tie_word_embeddings")):
         with pytest.raises(ValueError, match=word) as e:
-            DreamConfig.from_dict(REAL_CONFIG | bad)
+            DreamNetworkConfig.from_dict(REAL_CONFIG | bad)
         assert "\n" not in str(e.value)
 
 

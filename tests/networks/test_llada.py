@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from models.networks.common import KVCache, apply_rope, rms_norm, rope_angles, rope_inv_freq
-from models.networks.llada import LLaDAConfig, LLaDANetwork, tiny_llada_config
+from models.networks.llada import LLaDANetworkConfig, LLaDANetwork, tiny_llada_config
 from models.networks.loading import CheckpointError, build_network, load_network, save_network
 
 V = 96
@@ -51,7 +51,7 @@ def ref_rope(t: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat((t1 * ang.cos() - t2 * ang.sin(), t2 * ang.cos() + t1 * ang.sin()), dim=-1)
 
 
-def ref_forward(sd: dict, cfg: LLaDAConfig, ids: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
+def ref_forward(sd: dict, cfg: LLaDANetworkConfig, ids: torch.Tensor, key_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Per-head loops, explicit softmax; positions = buffer index; pad keys get -inf for every query."""
     sd = {k: v.double() for k, v in sd.items()}
     b_, length = ids.shape
@@ -148,7 +148,7 @@ def test_rope_runs_in_fp32_for_bf16_inputs():
 
 
 def test_full_size_names_and_shapes_match_the_released_checkpoint():
-    cfg = LLaDAConfig.from_dict(REAL_CONFIG)
+    cfg = LLaDANetworkConfig.from_dict(REAL_CONFIG)
     with torch.device("meta"):
         full = LLaDANetwork(cfg)
     got = {n: list(t.shape) for n, t in full.state_dict().items()}
@@ -159,16 +159,16 @@ def test_full_size_names_and_shapes_match_the_released_checkpoint():
 
 
 def test_config_round_trips_and_rejects_unsupported_flags():
-    cfg = LLaDAConfig.from_dict(REAL_CONFIG)
+    cfg = LLaDANetworkConfig.from_dict(REAL_CONFIG)
     assert cfg.to_dict() == REAL_CONFIG
-    assert LLaDAConfig.from_dict(cfg.to_dict()) == cfg
+    assert LLaDANetworkConfig.from_dict(cfg.to_dict()) == cfg
     tiny = tiny_llada_config(V)
-    assert LLaDAConfig.from_dict(json.loads(json.dumps(tiny.to_dict()))) == tiny
+    assert LLaDANetworkConfig.from_dict(json.loads(json.dumps(tiny.to_dict()))) == tiny
     with pytest.raises(ValueError, match="block_type") as e:
-        LLaDAConfig.from_dict({**REAL_CONFIG, "block_type": "sequential"})
+        LLaDANetworkConfig.from_dict({**REAL_CONFIG, "block_type": "sequential"})
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match="weight_tying"):
-        LLaDAConfig.from_dict({k: v for k, v in REAL_CONFIG.items() if k != "weight_tying"})  # reference default: tied
+        LLaDANetworkConfig.from_dict({k: v for k, v in REAL_CONFIG.items() if k != "weight_tying"})  # reference default: tied
 
 
 # ---- forward --------------------------------------------------------------------------------------------------

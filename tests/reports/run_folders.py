@@ -6,13 +6,13 @@ synthetic run differs from a real one only in where the outputs came from.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 from harness.aggregate import aggregate
-from harness.store import safe_name
+from harness.run_folder import RunFolder
+from tasks.registry import make_task, task_names
 
 METRIC = "exact_match,flexible-extract"
 
@@ -51,6 +51,11 @@ class Entry:
     tps_override: float | None = None  # replace the computed tokens/s (speed regressions without fake latencies)
 
 
+def paper_column(task: str) -> str | None:
+    """What the runner records: the registry task's own ``paper_column`` (none for a made-up task)."""
+    return (make_task(task).paper_column or None) if task in task_names() else None
+
+
 def result(entry: Entry) -> dict[str, Any]:
     summary = aggregate(entry.records, METRIC, batch_size=1, peak_memory=123)
     if entry.tps_override is not None:
@@ -63,7 +68,8 @@ def result(entry: Entry) -> dict[str, Any]:
             "model": {"name": entry.model, "ref": entry.model_ref or entry.model, "fingerprint": "fp",
                       "dtype": "float32", "kind": entry.kind},
             "decoding": entry.decoding, "preset": None,
-            "task": {"name": entry.task, "version": entry.task_version, "primary_metric": METRIC},
+            "task": {"name": entry.task, "version": entry.task_version, "primary_metric": METRIC,
+                     "paper_column": paper_column(entry.task)},
             "task_version": entry.task_version, "canvas_tokens": 32, "dataset": f"hub/{entry.task}",
             "data_source": entry.data_source, "data_sha256": "ab" * 32, "prompt_sha256": "cd" * 8, "seed": 1234,
             "limit": None, "n_planned": len(entry.records),
@@ -86,10 +92,9 @@ def write_run(folder: Path, entries: Sequence[Entry], with_samples: bool = True,
         },
         "results": [result(e) for e in entries],
     }
-    (folder / "results.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+    run = RunFolder(folder)
+    run.write_results(payload)
     if with_samples:
         for e in entries:
-            path = folder / "samples" / safe_name(e.model) / f"{safe_name(e.task)}.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(json.dumps(r) + "\n" for r in e.records), encoding="utf-8")
+            run.write_samples(e.model, e.task, e.records)
     return folder

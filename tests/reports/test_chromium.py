@@ -31,9 +31,9 @@ def report(tmp_path, rf):
     run = rf.write_run(tmp_path / "run", [
         rf.Entry("qwen3", "gsm8k", rf.samples(x, texts=texts, latency=0.4), model_ref="Qwen/Qwen3-8B"),
         rf.Entry("qwen3", "mbpp", rf.samples(x[:4], latency=0.3), model_ref="Qwen/Qwen3-8B"),
-        rf.Entry("refusion", "gsm8k", rf.samples(y, texts=texts, nfe=6, latency=0.1), model_ref="ML-GSAI/ReFusion",
+        rf.Entry("refusion", "gsm8k", rf.samples(y, texts=texts, nfe=6, latency=0.1), model_ref="GSAI-ML/ReFusion",
                  kind="refusion"),
-        rf.Entry("refusion", "mbpp", rf.samples(y[:4], nfe=6, latency=0.1), model_ref="ML-GSAI/ReFusion",
+        rf.Entry("refusion", "mbpp", rf.samples(y[:4], nfe=6, latency=0.1), model_ref="GSAI-ML/ReFusion",
                  kind="refusion"),
     ])
     return write_report([run], tmp_path / "out")

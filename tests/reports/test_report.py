@@ -9,13 +9,15 @@ from html.parser import HTMLParser
 import pandas as pd
 import pytest
 
-from harness.compare import RunLoadError, load_run
+from harness.run_folder import RunLoadError, load_run
+from models.registry import MODELS
 from reports.browser import BrowserLimits, browser_payload, script_json
-from reports.cli import main_report
-from reports.data import ReportError, gather
+from reports.command import main_report
 from reports.html import write_report
 from reports.published import PUBLISHED_AVERAGE, paper_column, paper_row, published_table
+from reports.report_data import ReportError, gather
 from reports.tables import paper_grid
+from tasks.registry import PAPER_TASKS, make_task
 
 EVIL = '</script><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"><!-- <b>bold</b> & \u2028'
 
@@ -50,9 +52,9 @@ def two_model_run(rf, folder, texts=None):
     entries = [
         rf.Entry("qwen3", "gsm8k", rf.samples(a, texts=texts), model_ref="Qwen/Qwen3-8B"),
         rf.Entry("qwen3", "mbpp", rf.samples([1.0, 1.0]), model_ref="Qwen/Qwen3-8B"),
-        rf.Entry("refusion", "gsm8k", rf.samples(b, tokens=30, nfe=10), model_ref="ML-GSAI/ReFusion",
+        rf.Entry("refusion", "gsm8k", rf.samples(b, tokens=30, nfe=10), model_ref="GSAI-ML/ReFusion",
                  kind="refusion"),
-        rf.Entry("refusion", "mbpp", rf.samples([0.0, 1.0], tokens=30, nfe=10), model_ref="ML-GSAI/ReFusion",
+        rf.Entry("refusion", "mbpp", rf.samples([0.0, 1.0], tokens=30, nfe=10), model_ref="GSAI-ML/ReFusion",
                  kind="refusion"),
     ]
     return rf.write_run(folder, entries)
@@ -186,19 +188,34 @@ def test_published_table_matches_its_own_averages():
         assert tps == pytest.approx(PUBLISHED_AVERAGE[row][1], abs=0.011), row
 
 
-@pytest.mark.parametrize("model, ref, row", [
-    ("qwen3", "Qwen/Qwen3-8B", "Qwen3-8B"), ("llama3", "meta-llama/Meta-Llama-3-8B-Instruct", "Llama-3-8B-Instruct"),
-    ("refusion", "ML-GSAI/ReFusion", "ReFusion"), ("llada", "GSAI-ML/LLaDA-8B-Instruct", "LLaDA-8B-Instruct"),
-    ("llada-fastdllm", "GSAI-ML/LLaDA-8B-Instruct", "LLaDA w/ Fast-dLLM"), ("dream-d2f", None, "Dream w/ D2F"),
-    ("tiny-qwen3", "tiny-qwen3", None), ("tiny-llada", "tiny-llada", None), ("hf:gpt2", "gpt2", None),
+# Every registry model whose checkpoint and decoder are the paper's, and the row it is shown beside; the rest none.
+PAPER_ROW_OF = {"qwen3": "Qwen3-8B", "llama3": "Llama-3-8B-Instruct", "refusion": "ReFusion",
+                "llada": "LLaDA-8B-Instruct", "dream": "Dream-7B-Instruct",
+                "llada-fastdllm": "LLaDA w/ Fast-dLLM", "dream-fastdllm": "Dream w/ Fast-dLLM"}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_paper_rows_come_from_the_recorded_kind_and_checkpoint(name):
+    spec = MODELS[name]
+    assert paper_row({"model": {"kind": spec.kind}, "model_ref": spec.ref}) == PAPER_ROW_OF.get(name)
+
+
+@pytest.mark.parametrize("kind, ref", [
+    ("ar", "tiny-qwen3"), ("llada", "tiny-llada"), ("ar", "gpt2"), ("ar", "someone/fast-qwen3-8b"),
+    ("refusion", "my/refusion-fork"), ("llada", "Dream-org/Dream-v0-Instruct-7B"), (None, "GSAI-ML/ReFusion"),
 ])
-def test_paper_rows(model, ref, row):
-    assert paper_row(model, ref) == row
+def test_names_alone_map_to_no_paper_row(kind, ref):
+    """No substring guessing: a checkpoint is the paper's only under the paper's decoder kind."""
+    assert paper_row({"model": {"kind": kind}, "model_ref": ref}) is None
 
 
-def test_paper_columns():
-    assert [paper_column(t) for t in ("gsm8k", "mmlu_pro", "arc_challenge", "minerva_math", "humaneval", "x")] == [
-        "GSM8K", "MMLU-Pro", "ARC-C", "MATH", "HumanEval", None]
+def test_paper_columns_are_the_tasks_own():
+    columns = {name: make_task(name).describe()["paper_column"] for name in PAPER_TASKS}
+    assert columns == {"mmlu_pro": "MMLU-Pro", "arc_challenge": "ARC-C", "gsm8k": "GSM8K", "math": "MATH",
+                       "gpqa": "GPQA", "humaneval": "HumanEval", "mbpp": "MBPP"}
+    assert all(paper_column({"task": {"paper_column": c}}) == c for c in columns.values())
+    assert paper_column({"task": {"name": "gsm8k_cot"}}) is None  # a result that records no column has none
+    assert paper_column({"task": {"paper_column": "GSM8K-v2"}}) is None  # only the table's own columns
 
 
 def test_paper_grid_orders_tasks_like_the_paper(tmp_path, rf):

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.base import Doc
 from tasks.code import first_python_block
-from tasks.data import load_fixtures
+from tasks.records import load_fixtures
 from tasks.humaneval import HumanEval, candidate, reference
 from tasks.mbpp import MBPP
 

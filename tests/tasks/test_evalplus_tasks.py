@@ -27,7 +27,7 @@ import pytest
 import tasks.evalplus_child as child
 from tasks.base import Doc
 from tasks.code import first_python_block
-from tasks.data import FIXTURES, DataError
+from tasks.records import FIXTURES, DataError
 from tasks.evalplus_compare import check_set
 from tasks.evalplus_data import HUMANEVAL_PLUS, MBPP_PLUS, load_local_copy, mbpp_tests, mbpp_text, problem
 from tasks.evalplus_exec import Call, SetRun, set_budget, time_limits
@@ -303,7 +303,7 @@ def test_a_bad_record_fails_with_its_file_line_and_field(tmp_path, release, fiel
 
 LOAD_SCRIPT = textwrap.dedent("""
     import json
-    from tasks.data import DataError
+    from tasks.records import DataError
     from tasks.evalplus_tasks import HumanEvalPlus, MBPPPlus
     out = {}
     for task in (HumanEvalPlus(), MBPPPlus()):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tasks.arc_challenge import ARCChallenge, gold_letter
 from tasks.base import Task
-from tasks.data import load_local
+from tasks.records import load_local
 from tasks.gsm8k import GSM8K, gold_answer
 from tasks.hendrycks_math import HendrycksMath
 from tasks.humaneval import HumanEval

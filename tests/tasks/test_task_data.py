@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tasks.data import DataError, load_hub, load_local, load_records
+from tasks.records import DataError, load_hub, load_local, load_records
 from tasks.registry import make_task, task_names
 
 GOOD: dict[str, dict[str, Any]] = {

@@ -10,7 +10,7 @@ import pytest
 
 from tasks.arc_challenge import ARCChallenge
 from tasks.base import Doc
-from tasks.data import load_fixtures
+from tasks.records import load_fixtures
 from tasks.gpqa import GPQA, choice_order, clean_answer, with_choices
 from tasks.hendrycks_math import HendrycksMath
 from tasks.humaneval import HumanEval

@@ -1,25 +1,14 @@
-"""The autoregressive adapter: any causal LM transformers can load (Qwen3, Llama 3, ...)."""
+"""Networks transformers loads as causal LMs (Qwen3, Llama 3, ReFusion's Qwen3 fine-tune): loading and end ids."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 
 import torch
 
-from models.base import ConfigError, DecodeResult, ModelAdapter, PreparedBatch
-from models.decoders.ar import SamplingConfig, ar_generate
+from models.base import ModelAdapter
+from models.decoders.contract import ConfigError
 from models.loading import ModelSource, hub_error
-
-
-@dataclass(frozen=True)
-class ARConfig:
-    enable_thinking: bool | None = False  # Qwen3-style templates only; None leaves the template's default
-    do_sample: bool = False  # greedy unless asked, whatever the checkpoint's generation_config says
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
 
 
 def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype):
@@ -61,24 +50,3 @@ class CausalLMAdapter(ModelAdapter):
     @property
     def network(self):
         return self._loaded[1]
-
-    def eos_ids(self) -> list[int]:
-        return generation_eos_ids(self.network, self.tokenizer)
-
-
-class ARAdapter(CausalLMAdapter):
-    kind = "ar"
-    config_class = ARConfig
-
-    def validate_config(self, config: ARConfig) -> None:
-        if config.do_sample and config.temperature <= 0:
-            raise ConfigError(f"{self.name}: temperature must be > 0 when do_sample is on")
-        if not 0 < config.top_p <= 1:
-            raise ConfigError(f"{self.name}: top_p must be in (0, 1], got {config.top_p}")
-
-    def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
-        config: ARConfig = batch.config
-        sampling = SamplingConfig(config.do_sample, config.temperature, config.top_p, config.top_k, config.seed)
-        return ar_generate(self.network, batch.input_ids, batch.attention_mask,
-                           max_new_tokens=batch.requests[0].canvas_tokens, eos_ids=self.eos_ids(),
-                           pad_id=self.pad_id(), sampling=sampling)

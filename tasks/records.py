@@ -6,12 +6,14 @@ one line naming the file, the line and the field.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from harness.files import JSONLError
+from harness.files import read_jsonl
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -45,21 +47,12 @@ class LoadedData:
     sha256: str  # of the file, or of the records as loaded from the hub
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
-
-
-def read_jsonl(path: Path, required_fields: tuple[str, ...],
+def read_checked_jsonl(path: Path, required_fields: tuple[str, ...],
                check: RecordCheck | None = None) -> list[dict[str, Any]]:
+    """The records of a local ``.jsonl``/``.jsonl.gz`` file, each checked, so bad data fails naming its line."""
     records = []
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+    try:
+        for number, record in read_jsonl(path):
             if not isinstance(record, dict):
                 raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
             missing = [f for f in required_fields if f not in record]
@@ -69,6 +62,8 @@ def read_jsonl(path: Path, required_fields: tuple[str, ...],
             if problem:
                 raise DataError(f"{path}:{number}: {problem}")
             records.append(record)
+    except JSONLError as error:
+        raise DataError(str(error)) from None
     if not records:
         raise DataError(f"{path}: no records")
     return records
@@ -93,13 +88,14 @@ def load_local(spec: DatasetSpec, data_dir: Path) -> LoadedData:
     path = data_dir / spec.local_file
     if not path.exists():
         raise DataError(f"{path} not found (--data-dir must hold {spec.local_file} in the {spec.hub_id} schema)")
-    return LoadedData(read_jsonl(path, spec.required_fields, spec.check), "local", str(path), file_sha256(path))
+    records = read_checked_jsonl(path, spec.required_fields, spec.check)
+    return LoadedData(records, "local", str(path), file_sha256(path))
 
 
 def load_fixtures(spec: DatasetSpec) -> LoadedData:
     path = FIXTURES / spec.fixture
-    return LoadedData(read_jsonl(path, spec.required_fields, spec.check), "fixtures", f"fixtures/{spec.fixture}",
-                      file_sha256(path))
+    records = read_checked_jsonl(path, spec.required_fields, spec.check)
+    return LoadedData(records, "fixtures", f"fixtures/{spec.fixture}", file_sha256(path))
 
 
 def load_hub(spec: DatasetSpec) -> LoadedData:

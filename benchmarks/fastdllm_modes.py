@@ -1,5 +1,5 @@
-"""Fast-dLLM's named evaluation modes (decoders.md §4.3) as configs, one entry point for both models, and the
-decoder rows a speed benchmark runs side by side.
+"""Fast-dLLM's named evaluation modes (decoders.md §4.3) as configs, and the decoder rows a speed benchmark runs
+side by side. Used by the benchmarks and by the decoder tests (which check the table below).
 
 | mode            | cache  | threshold | steps (LLaDA / Dream)                 |
 |-----------------|--------|-----------|---------------------------------------|
@@ -19,10 +19,11 @@ from typing import Any, Callable
 
 import torch
 
-from models.base import ConfigError
-from models.decoders.fastdllm import FastDLLMOutput, Network
+from models.decoders.contract import ConfigError, DecodeOutput
+from models.decoders.fastdllm import Network
 from models.decoders.fastdllm_dream import FastDreamConfig, fastdllm_dream_generate
 from models.decoders.fastdllm_llada import FastLLaDAConfig, fastdllm_llada_generate
+from models.options import set_options
 
 MODES = ("baseline", "prefix", "dual", "parallel", "prefix+parallel", "dual+parallel")
 BENCH_MODES = ("baseline", "prefix", "dual", "parallel", "dual+parallel")
@@ -34,7 +35,7 @@ FastConfig = FastLLaDAConfig | FastDreamConfig
 
 def mode_config(kind: str, mode: str, gen_length: int, block_length: int = 32, threshold: float = 0.9,
                 **overrides: Any) -> FastConfig:
-    """The config of one §4.3 mode for ``kind`` "llada" or "dream"; ``overrides`` set any other field (ids, seed)."""
+    """The config of one §4.3 mode for ``kind`` "llada" or "dream"; ``overrides`` set any other leaf (ids, seed)."""
     if kind not in ("llada", "dream"):
         raise ConfigError(f"unknown kind {kind!r}; use 'llada' or 'dream'")
     if mode not in _MODE_CACHE:
@@ -47,13 +48,14 @@ def mode_config(kind: str, mode: str, gen_length: int, block_length: int = 32, t
         cache=_MODE_CACHE[mode],
     )
     if kind == "llada":
-        return FastLLaDAConfig(**{"gen_length": gen_length, **fields, **overrides})
-    return FastDreamConfig(**{"max_new_tokens": gen_length, "alg": "entropy", **fields, **overrides})
+        return set_options(FastLLaDAConfig(), {"gen_length": gen_length, **fields, **overrides}, kind, True)
+    return set_options(FastDreamConfig(), {"max_new_tokens": gen_length, "alg": "entropy", **fields, **overrides},
+                       kind, True)
 
 
 def fastdllm_generate(
     network: Network, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None, cfg: FastConfig
-) -> FastDLLMOutput:
+) -> DecodeOutput:
     """Run the Fast-dLLM sampler the config belongs to."""
     if isinstance(cfg, FastLLaDAConfig):
         return fastdllm_llada_generate(network, input_ids, attention_mask, cfg)
@@ -65,12 +67,11 @@ def fastdllm_generate(
 def benchmark_decoders(
     kind: str, network: Network, input_ids: torch.LongTensor, canvas: int = 256, block_length: int = 32,
     modes: tuple[str, ...] = BENCH_MODES, attention_mask: torch.Tensor | None = None, **overrides: Any,
-) -> dict[str, Callable[[], FastDLLMOutput]]:
+) -> dict[str, Callable[[], DecodeOutput]]:
     """Zero-argument decode callables keyed "<kind> <mode>", for a benchmark that times each and reads ``.nfe``
-    and ``.tokens`` from the result. ``overrides`` set config fields, e.g. the ids of a tiny network (mask_id, ...)."""
+    and ``.tokens`` from the result. ``overrides`` set config leaves, e.g. the ids of a tiny network (mask_id, ...)."""
     rows = {}
     for mode in modes:
         cfg = mode_config(kind, mode, canvas, block_length, **overrides)
         rows[f"{kind} {mode}"] = lambda c=cfg: fastdllm_generate(network, input_ids, attention_mask, c)
     return rows
-

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.compare import Labelled, Run, comparability_warnings, label_results, load_run, load_samples
+from harness.compare import Labelled, comparability_warnings, label_results
+from harness.run_folder import Run, load_run
 from reports.published import COLUMNS, paper_column
 
 
@@ -49,6 +50,7 @@ class ReportData:
     cells: tuple[Cell, ...]
     labels: tuple[str, ...]  # table rows, in run order
     tasks: tuple[str, ...]  # table columns, the paper's order first
+    paper_columns: dict[str, str | None]  # task -> the paper's column, as the task recorded it in the manifest
     samples: dict[tuple[str, str], list[dict[str, Any]]]  # (label, task) -> scored sample records
     warnings: tuple[str, ...]
     baseline: str | None
@@ -89,11 +91,20 @@ def to_cell(entry: Labelled) -> Cell:
     )
 
 
-def task_order(tasks: Sequence[str]) -> tuple[str, ...]:
+def task_columns(cells: Sequence[Cell]) -> dict[str, str | None]:
+    """Each task's paper column, from the first of its results that records one."""
+    columns: dict[str, str | None] = {}
+    for c in cells:
+        if columns.get(c.task) is None:
+            columns[c.task] = paper_column(c.manifest)
+    return columns
+
+
+def task_order(columns: dict[str, str | None]) -> tuple[str, ...]:
     """The paper's column order for tasks it has, then the others in order of appearance."""
-    unique = list(dict.fromkeys(tasks))
+    unique = list(columns)
     rank = {c: i for i, c in enumerate(COLUMNS)}
-    return tuple(sorted(unique, key=lambda t: (rank.get(paper_column(t) or "", len(rank)), unique.index(t))))
+    return tuple(sorted(unique, key=lambda t: (rank.get(columns[t] or "", len(rank)), unique.index(t))))
 
 
 def choose_baseline(cells: Sequence[Cell], labels: Sequence[str], requested: str | None) -> str | None:
@@ -125,10 +136,11 @@ def gather(run_dirs: Sequence[Path], baseline_model: str | None = None) -> Repor
     labels = tuple(dict.fromkeys(c.label for c in cells))
     samples = {}
     for e in entries:
-        records = load_samples(e.run, e.model, e.task)
+        records = e.run.samples(e.model, e.task)
         if records is not None:
             samples[(e.label, e.task)] = records
+    columns = task_columns(cells)
     return ReportData(
-        runs=runs, cells=cells, labels=labels, tasks=task_order([c.task for c in cells]), samples=samples,
+        runs=runs, cells=cells, labels=labels, tasks=task_order(columns), paper_columns=columns, samples=samples,
         warnings=tuple(comparability_warnings(entries)), baseline=choose_baseline(cells, labels, baseline_model),
     )

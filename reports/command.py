@@ -6,9 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.compare import RunLoadError
+from harness.run_folder import RunLoadError
 from reports.browser import BrowserLimits
-from reports.data import ReportError
+from reports.report_data import ReportError
 
 USAGE_ERROR = 2
 

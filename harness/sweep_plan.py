@@ -1,0 +1,99 @@
+"""The plan of a sweep, as records: its points and each model's reference, written into the sweep folder.
+
+The sweep (harness.sweep) writes it before any point runs; the frontier (reports.frontier) reads it back, so a
+frontier can be rebuilt from the folder alone. No run loop here: the report side imports this.
+
+    <sweep>/sweep.json                     this plan
+    <sweep>/<point name>/                  one run folder per point (harness.run_folder)
+    <sweep>/store/batch_size=<N>/          the resume store shared by the points of one batch size
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.files import write_json_atomic
+
+BATCH = "batch_size"
+PLAN_NAME = "sweep.json"
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One grid: a model's option (or the batch size, model None) and the values to try, as the user spelled them."""
+
+    model: str | None
+    option: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: a model, its gridded options (name, value text) in grid order, and a batch size."""
+
+    model: str
+    options: tuple[tuple[str, str], ...]
+    batch_size: int
+
+    @property
+    def name(self) -> str:
+        """The folder name, spelling the settings: ``model__opt=value__batch_size=N``."""
+        spelled = "__".join(f"{k}={v}" for k, v in self.options) or "defaults"
+        name = re.sub(r"[^A-Za-z0-9._+=-]", "_", f"{self.model}__{spelled}__{BATCH}={self.batch_size}")
+        if len(name) > 180:  # file systems cap names at 255 bytes; keep it readable and unique
+            name = name[:160] + "__" + hashlib.sha256(name.encode()).hexdigest()[:12]
+        return name
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """The options as ``--model-arg`` gives them: text, typed by the model's config (models.options)."""
+        return dict(self.options)
+
+    @property
+    def settings_text(self) -> str:
+        return ", ".join([f"{k}={v}" for k, v in self.options] + [f"{BATCH}={self.batch_size}"])
+
+
+def store_dir(root: Path, batch_size: int) -> Path:
+    """The resume store shared by a sweep's points of one batch size."""
+    return Path(root) / "store" / f"{BATCH}={batch_size}"
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    root: Path
+    models: tuple[str, ...]
+    tasks: tuple[str, ...]
+    points: tuple[Point, ...]
+    references: dict[str, str]  # model -> name of its reference point
+    alpha: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "models": list(self.models), "tasks": list(self.tasks), "alpha": self.alpha,
+            "references": self.references,
+            "points": [{"name": p.name, "model": p.model, "options": [list(o) for o in p.options],
+                        "batch_size": p.batch_size} for p in self.points],
+        }
+
+    def write(self) -> Path:
+        path = self.root / PLAN_NAME
+        write_json_atomic(path, self.to_json())
+        return path
+
+
+def load_plan(root: Path) -> SweepPlan:
+    """The plan a sweep wrote into its folder."""
+    path = Path(root) / PLAN_NAME
+    if not path.is_file():
+        raise ValueError(f"{root} has no {PLAN_NAME} (not a sweep folder; run `run_eval.py sweep` first)")
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    points = tuple(Point(p["model"], tuple((k, v) for k, v in p["options"]), int(p["batch_size"]))
+                   for p in raw["points"])
+    return SweepPlan(Path(root), tuple(raw["models"]), tuple(raw["tasks"]), points, dict(raw["references"]),
+                     float(raw.get("alpha", 0.05)))

@@ -1,0 +1,110 @@
+"""What every decoder promises: ``generate(network, input_ids, attention_mask, config) -> DecodeOutput``.
+
+A decoder config is one frozen dataclass. Its fields are what a user sets, plus the canvas and the checkpoint's
+token ids, which are marked with ``canvas_field()`` / ``token_id_field()``: they default to None and the adapter
+fills them (the canvas at planning, the ids at decode time). A decoder refuses to run with either unset.
+This module is a leaf: decoders, adapters and the option layer import it, it imports nothing of theirs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+FILLED = "filled"  # field metadata key: "canvas" or "token_id" (set by the adapter, never by a user)
+
+
+class ConfigError(ValueError):
+    """A decoding configuration that cannot run; the message is one line meant for the user."""
+
+
+def canvas_field() -> Any:
+    """The number of tokens to generate; the adapter sets it where the canvas is known."""
+    return field(default=None, metadata={FILLED: "canvas"})
+
+
+def token_id_field() -> Any:
+    """A checkpoint's special token id (or ids); the adapter fills it from the tokenizer."""
+    return field(default=None, metadata={FILLED: "token_id"})
+
+
+def filled_fields(config: Any, role: str) -> Iterator[tuple[Any, dataclasses.Field]]:
+    """(owning dataclass instance, field) of every field marked ``role``, nested configs included."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if f.metadata.get(FILLED) == role:
+            yield config, f
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from filled_fields(value, role)
+
+
+def canvas_of(config: Any) -> int | None:
+    """The config's canvas (None until the adapter sets it)."""
+    found = [getattr(owner, f.name) for owner, f in filled_fields(config, "canvas")]
+    return found[0] if found else None
+
+
+def require_filled(config: Any, owner: str, roles: tuple[str, ...] = ("canvas", "token_id")) -> None:
+    """One line naming the first canvas or token id still unset (the adapter fills them; a direct caller must)."""
+    for role in roles:
+        for holder, f in filled_fields(config, role):
+            if getattr(holder, f.name) is None:
+                raise ConfigError(f"{owner}: {f.name} is not set ({type(holder).__name__}.{f.name} is the "
+                                  f"checkpoint's {'canvas' if role == 'canvas' else 'token id'}; set it first)")
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """One row: committed ids after the prompt, up to and including the first end-of-sequence id, in position
+    order; the forwards spent on this row (a batched forward split evenly); whether no end-of-sequence came."""
+
+    token_ids: list[int]
+    nfe: float
+    hit_max_tokens: bool
+
+
+@dataclass(frozen=True)
+class DecodeOutput:
+    """What every decoder returns for a batch."""
+
+    rows: tuple[DecodeResult, ...]
+    nfe: int  # network calls for the whole batch (a batched call counts once)
+    tokens: torch.LongTensor | None = None  # [B, canvas] as the decoder left it, before any cut (parity tests)
+    trace: tuple[Any, ...] = ()  # decoder-specific per-row details (ReFusion: its RefusionTrace per row)
+
+
+Decode = Callable[[Any, torch.Tensor, "torch.Tensor | None", Any], DecodeOutput]
+
+
+@dataclass(frozen=True)
+class Decoder:
+    """A decoder as the adapters see it: its config class, how the canvas resolves its defaults, its checks."""
+
+    name: str
+    config_class: type
+    generate: Decode
+    at_canvas: Callable[[Any, int], Any]  # (config, canvas) -> config with the canvas and canvas-relative defaults
+    validate: Callable[[Any], None]  # ConfigError for settings it cannot run (token ids are checked at generate)
+
+
+def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:
+    """Keep ids up to and including the first end-of-sequence id; also say whether one was found."""
+    eos = set(eos_ids)
+    for i, t in enumerate(ids):
+        if t in eos:
+            return list(ids[: i + 1]), True
+    return list(ids), False
+
+
+def output_from_tokens(tokens: torch.Tensor, nfe: int, eos_ids: Sequence[int]) -> DecodeOutput:
+    """Rows cut after the first end-of-sequence id, the batch's forwards split evenly across them."""
+    rows = tokens.tolist()
+    per_row = nfe / max(len(rows), 1)
+    results = []
+    for row in rows:
+        ids, found = cut_after_eos(row, eos_ids)
+        results.append(DecodeResult(token_ids=ids, nfe=per_row, hit_max_tokens=not found))
+    return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)
