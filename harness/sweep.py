@@ -24,7 +24,7 @@ from harness.ranks import DistContext
 from harness.run_folder import RunFolder, RunLoadError
 from harness.runner import Runner, RunSettings
 from harness.sweep_plan import BATCH, Axis, Point, SweepPlan, store_dir
-from models.base import ModelAdapter, ModelConfig
+from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.options import coerce, leaves, set_options
 from models.registry import ModelSpec, adapter_class, load_adapter, spec_for
@@ -60,7 +60,7 @@ def check_values(model: str, option: str, values: Sequence[str], flag: str) -> N
     """Each value typed and checked exactly as ``--model-arg`` would be (models.options), against the model's
     config before any weights or tokenizer load; the canvas is typed as the runner types a preset's."""
     kind = adapter_class(spec_for(model).kind)
-    config = ModelConfig(kind.template, kind.decoder.config_class())
+    config = kind.base_config()
     valid = sorted(name for name, leaf in leaves(config).items() if leaf.settable)
     if option != CANVAS_OPTION and option not in valid:
         raise UsageError(f"{flag}: {model}: unknown option {option}; valid options: {', '.join(valid)} "

@@ -65,11 +65,19 @@ class TemplateOptions:
 
 
 @dataclass(frozen=True)
+class RuntimeOptions:
+    """How an adapter runs its network (which implementation, compiled or not); none by default. An adapter with
+    such choices subclasses this. They are options like any other and stay in sample keys: another implementation
+    of the same weights may flip a near-tie."""
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Everything that decides a model's output apart from its weights and the prompt."""
 
     template: TemplateOptions
     decoder: Any  # the decoder's frozen config (``Decoder.config_class``)
+    runtime: Any = dataclasses.field(default_factory=RuntimeOptions)  # the adapter's ``RuntimeOptions``
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,7 @@ class ModelAdapter(ABC):
     kind: str
     decoder: Decoder
     template: TemplateOptions = TemplateOptions()
+    runtime: RuntimeOptions = RuntimeOptions()
     tokenizer: Any
     network: Any
 
@@ -113,9 +122,14 @@ class ModelAdapter(ABC):
         self.source = source
         self.device = device
         self.dtype = dtype
-        self._defaults = set_options(ModelConfig(self.template, self.decoder.config_class()), defaults or {}, name)
+        self._defaults = set_options(self.base_config(), defaults or {}, name)
 
     # ---- configuration -------------------------------------------------------------------------------------
+    @classmethod
+    def base_config(cls) -> ModelConfig:
+        """The kind's configuration before any registry default: what its options are and their types."""
+        return ModelConfig(cls.template, cls.decoder.config_class(), cls.runtime)
+
     def default_config(self) -> ModelConfig:
         """This model's configuration with its registry defaults, before any canvas."""
         return self._defaults
@@ -182,7 +196,12 @@ class ModelAdapter(ABC):
         """Run the decoder with the checkpoint's token ids filled in. This is the call the harness times; no
         tokenisation happens here."""
         config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
-        return list(self.decoder.generate(self.network, batch.input_ids, batch.attention_mask, config).rows)
+        network = self.network_for(batch.config.runtime)
+        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config).rows)
+
+    def network_for(self, runtime: RuntimeOptions) -> Any:
+        """The network a batch runs on; an adapter with runtime options picks it by them."""
+        return self.network
 
     @abstractmethod
     def token_ids(self) -> dict[str, Any]:

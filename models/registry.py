@@ -174,11 +174,9 @@ def adapter_class(kind: str) -> type[ModelAdapter]:
 
 def describe_options(kind: str) -> list[str]:
     """``name=default (type)`` of every option of one kind's adapter, for ``--list``."""
-    from models.base import ModelConfig
     from models.options import describe
 
-    cls = adapter_class(kind)
-    return describe(ModelConfig(cls.template, cls.decoder.config_class()))
+    return describe(adapter_class(kind).base_config())
 
 
 def load_adapter(spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> ModelAdapter:

@@ -1,20 +1,67 @@
-"""The ReFusion adapter: a Qwen3 fine-tune loaded by transformers, decoded by slot-level plan-and-infill."""
+"""The ReFusion adapter: a Qwen3 fine-tune decoded by slot-level plan-and-infill, on the native Qwen3 network by
+default (``network=transformers`` keeps transformers' ``Qwen3ForCausalLM``, for comparison)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import torch
 
 from models.adapters.causal import CausalLMAdapter
-from models.base import TemplateOptions
+from models.adapters.native import load_tokenizer
+from models.base import ModelConfig, RuntimeOptions, TemplateOptions
+from models.decoders.contract import ConfigError
 from models.decoders.refusion import REFUSION
+from models.networks.loading import CheckpointError, load_network
+
+
+@dataclass(frozen=True)
+class RefusionRuntime(RuntimeOptions):
+    """Which network runs the decoder. Both compute the same function; float rounding differs, so a near-tie may
+    resolve differently, which is why these stay in the sample key."""
+
+    network: Literal["native", "transformers"] = "native"  # models/networks/qwen3.py, or Qwen3ForCausalLM
+    compile: bool = False  # torch.compile the native network's forward
 
 
 class RefusionAdapter(CausalLMAdapter):
-    """Batch 1 by design (the reference hard-codes it); the decoder runs a larger batch row by row."""
+    """A batch decodes together on the native network (one cache row per prompt); row by row on transformers."""
 
     kind = "refusion"
     decoder = REFUSION
     template = TemplateOptions(enable_thinking=True)  # as ReFusion was trained and evaluated (no think block)
+    runtime = RefusionRuntime()
+
+    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
+        config = super().make_config(overrides, canvas)
+        if config.runtime.compile and config.runtime.network != "native":
+            raise ConfigError(f"{self.name}: compile=true needs network=native (the transformers path is not "
+                              "compiled)")
+        return config
+
+    @cached_property
+    def tokenizer(self):
+        """The tokenizer alone, so the native path never loads transformers' network."""
+        return load_tokenizer(self.source)
+
+    @cached_property
+    def native_network(self):
+        try:
+            return load_network(self.source.path, "qwen3", dtype=self.dtype, device=self.device,
+                                revision=self.source.revision)
+        except CheckpointError as error:
+            raise ConfigError(str(error)) from None
+
+    @cached_property
+    def compiled_network(self):
+        return torch.compile(self.native_network, dynamic=True)
+
+    def network_for(self, runtime: RefusionRuntime) -> Any:
+        if runtime.network == "transformers":
+            return self.network
+        return self.compiled_network if runtime.compile else self.native_network
 
     def eos_ids(self) -> list[int]:
         return [self.tokenizer.eos_token_id]

@@ -10,9 +10,15 @@ need not be sorted). One iteration over the still-masked slots R of the current 
   B. verify: feed the chosen drafts concatenated; read probabilities SHIFTED (row j-1 scores token j); the first
              token of each slot is accepted by force. Leading whole accepted slots are committed with the K/V this
              pass wrote. An accepted end-of-sequence commits up to it and closes the serial block.
-  C. if not even the first chosen slot was accepted whole: complete all chosen slots in parallel, one cache row
-     per slot (draft pass with rejected tokens re-masked, then a verify pass, until every slot is accepted), and
-     append each slot's own K/V (computed from the buffer and that slot only).
+  C. if not even the first chosen slot was accepted whole: complete all chosen slots in parallel (draft pass with
+     rejected tokens re-masked, then a verify pass, until every slot is accepted). The k windows are fed together
+     on the one committed cache row with a mask that lets each window see the committed buffer and its own earlier
+     tokens only, so each slot's K/V is computed from the buffer and that slot alone; only the accepted entries are
+     kept (a small copy of the tail), never a copy of the committed cache per slot.
+
+The algorithm is written per row as a generator of forward requests (``refusion_cache.drive`` batches the rows of
+a batch into one forward per round); the cache is the native network's preallocated buffer or, for any other
+causal LM, a transformers cache (``refusion_cache``).
 
 Two reference defects are fixed (spec decoders.md 1.6a/1.6h): after an end-of-sequence in path C the slots to drop
 are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
@@ -24,15 +30,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable, Generator
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries, keep_first_rows, \
-    merge_row_suffixes, repeat_rows
+from models.decoders.refusion_cache import NativeStepper, Request, RowCache, RowProgram, TransformersStepper, drive
 from models.decoders.sampling import add_gumbel_noise, make_generator
 
 
@@ -93,15 +99,16 @@ def validate_refusion_config(cfg: RefusionConfig) -> None:
 
 @dataclass(frozen=True)
 class CommitEvent:
-    """State right after a commit, for tests and tracing. ``cache`` is live: read it inside the callback."""
+    """State right after a commit, for tests and tracing."""
 
     path: str  # "verify" (global verification accepted leading slots) or "parallel" (in-slot completion)
     tokens: tuple[int, ...]  # whole buffer: prompt, then committed tokens in commit order
     positions: tuple[int, ...]
     n_new: int  # tokens this commit appended (the tail of ``tokens``)
     slot_size: int
-    cache: Any
-    nfe: int
+    kv: list[tuple[Tensor, Tensor]]  # per layer, copies of this row's cached keys/values [1, H, len(tokens), D]
+    nfe: int  # forwards this row took part in so far
+    row: int = 0  # the prompt's index in the batch
 
 
 @dataclass(frozen=True)
@@ -109,7 +116,7 @@ class RefusionTrace:
     """One row's decode in full (``DecodeOutput.trace`` holds one per row)."""
 
     token_ids: list[int]  # generated ids in position order, up to and including the first end-of-sequence
-    nfe: int  # every network call
+    nfe: float  # network calls; a batched call counts 1/rows for each row it ran
     hit_max_tokens: bool  # no end-of-sequence was generated
     iterations: int  # plan/verify rounds
     tokens_per_forward: float  # the reference's "TPF" (generate.py L227/L327), kept for comparison
@@ -121,12 +128,13 @@ class RefusionTrace:
 
 @dataclass
 class _State:
-    """The committed buffer and its cache (the cache always holds exactly ``tokens``, in the same order)."""
+    """One row's committed buffer; its cache row always holds exactly ``tokens``, in the same order, between rounds."""
 
     tokens: list[int]
     positions: list[int]
-    cache: Any = None
-    nfe: int = 0
+    cache: RowCache
+    row: int = 0
+    forwards: int = 0
     iterations: int = 0
     tpf_sum: float = 0.0
     on_commit: Callable[[CommitEvent], None] | None = None
@@ -134,21 +142,18 @@ class _State:
     def commit(self, tokens: list[int], positions: list[int], path: str, slot_size: int) -> None:
         self.tokens.extend(tokens)
         self.positions.extend(positions)
-        if cache_length(self.cache) != len(self.tokens):
-            raise RuntimeError(f"refusion: cache holds {cache_length(self.cache)} entries, buffer {len(self.tokens)}")
+        if self.cache.length() != len(self.tokens):
+            raise RuntimeError(f"refusion: cache holds {self.cache.length()} entries, buffer {len(self.tokens)}")
         if self.on_commit is not None:
             self.on_commit(CommitEvent(path, tuple(self.tokens), tuple(self.positions), len(tokens), slot_size,
-                                       self.cache, self.nfe))
+                                       self.cache.kv(), self.forwards, self.row))
 
 
-def _forward(model, state: _State, ids: torch.Tensor, pos: torch.Tensor, **extra) -> torch.Tensor:
-    """One network call on top of the state's cache (the call appends ``ids`` to it); returns the logits."""
-    out = model(input_ids=ids, position_ids=pos, cache=state.cache, use_cache=True, **extra)
-    state.nfe += 1
-    if state.cache is None:
-        state.cache = out.cache
-        check_plain_cache(state.cache)
-    return out.logits
+def _ask(state: _State, request: Request) -> Generator[Request, Tensor, Tensor]:
+    """One network call on top of the row's cache (the call appends the request's tokens); returns its logits."""
+    logits = yield request
+    state.forwards += 1
+    return logits
 
 
 def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> torch.Tensor:
@@ -160,14 +165,23 @@ def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> t
 
 def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                       cfg: RefusionConfig) -> DecodeOutput:
-    """The decoder contract over a left-padded batch: batch 1 by design (the reference hard-codes it), so each row
-    is decoded alone on its real tokens; ``trace`` holds each row's ``RefusionTrace``."""
-    traces = []
-    for row in range(input_ids.shape[0]):
-        prompt = input_ids[row] if attention_mask is None else input_ids[row][attention_mask[row].bool()]
-        traces.append(refusion_decode_row(network, prompt[None], cfg))
-    return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=sum(t.nfe for t in traces),
+    """The decoder contract over a left-padded batch: each row decodes on its real tokens only, all rows together
+    on a native network (one forward per round), row by row on any other; ``trace`` holds each row's
+    ``RefusionTrace``. ``nfe`` counts network calls (a batched one once)."""
+    if attention_mask is None:
+        prompts = list(input_ids)
+    else:
+        prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+    traces = refusion_decode_rows(network, prompts, cfg)
+    return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=round(sum(t.nfe for t in traces)),
                         trace=tuple(traces))
+
+
+def _check_prompt(prompt: torch.Tensor) -> None:
+    if prompt.dim() != 1 or prompt.shape[0] < 1:
+        raise ValueError(f"refusion: each prompt must be a 1-D tensor of >= 1 ids, got shape {tuple(prompt.shape)}")
+    if prompt.dtype != torch.long:
+        raise ValueError(f"refusion: prompt_ids must be torch.long token ids, got {prompt.dtype}")
 
 
 @torch.no_grad()
@@ -178,48 +192,83 @@ def refusion_decode_row(
     on_commit: Callable[[CommitEvent], None] | None = None,
 ) -> RefusionTrace:
     """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each commit."""
-    require_filled(cfg, "refusion")
-    validate_refusion_config(cfg)
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"refusion: prompt_ids must have shape [1, P] with P >= 1, got {tuple(prompt_ids.shape)}")
-    if prompt_ids.dtype != torch.long:
-        raise ValueError(f"refusion: prompt_ids must be torch.long token ids, got {prompt_ids.dtype}")
-    prompt_len, ss = prompt_ids.shape[1], cfg.slot_size
-    device = prompt_ids.device
-    generator = make_generator(cfg.seed, device) if cfg.temperature > 0 else None
-    state = _State(tokens=prompt_ids[0].tolist(), positions=list(range(prompt_len)), on_commit=on_commit)
+    return refusion_decode_rows(model, [prompt_ids[0]], cfg, on_commit)[0]
+
+
+@torch.no_grad()
+def refusion_decode_rows(
+    model: torch.nn.Module,
+    prompts: list[torch.Tensor],
+    cfg: RefusionConfig,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+) -> list[RefusionTrace]:
+    """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
+
+    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes all rows in one preallocated
+    buffer; any other causal LM goes row by row through a transformers cache."""
+    require_filled(cfg, "refusion")
+    validate_refusion_config(cfg)
+    if not prompts:
+        return []
+    for prompt in prompts:
+        _check_prompt(prompt)
+    device = prompts[0].device
+    native = hasattr(model, "new_cache")
+    batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
+    capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
+    outputs: list[RefusionTrace | None] = [None] * len(prompts)
+    for members in batches:
+        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model)
+        live = list(range(len(members)))
+        programs = [_row_program(prompts[i], cfg, RowCache(stepper, live, j), i, on_commit)
+                    for j, i in enumerate(members)]
+        results, nfe = drive(stepper, programs, live, device)
+        for i, result, n in zip(members, results, nfe):
+            outputs[i] = dataclasses.replace(result, nfe=n)
+    return outputs  # type: ignore[return-value]
+
+
+def _row_program(prompt: torch.Tensor, cfg: RefusionConfig, cache: RowCache, row: int,
+                 on_commit: Callable[[CommitEvent], None] | None) -> RowProgram:
+    """The whole decode of one prompt, as requests for forwards; returns its ``RefusionTrace`` (nfe filled later)."""
+    prompt_len = prompt.shape[0]
+    generator = make_generator(cfg.seed, prompt.device) if cfg.temperature > 0 else None
+    state = _State(tokens=prompt.tolist(), positions=list(range(prompt_len)), cache=cache, row=row,
+                   on_commit=on_commit)
     block_len = cfg.gen_length // cfg.serial_num_blocks
     for block in range(cfg.serial_num_blocks):
         start = prompt_len + block * block_len
-        remaining = list(range(start, start + block_len, ss))  # first positions of the block's masked slots
+        remaining = list(range(start, start + block_len, cfg.slot_size))  # first positions of the masked slots
         eos_seen = False
         while remaining:
-            remaining, eos = _iteration(model, prompt_ids, state, remaining, cfg, generator)
+            remaining, eos = yield from _iteration(prompt, state, remaining, cfg, generator)
             eos_seen |= eos
         if eos_seen:
             break
     return _finish(state, prompt_len, cfg)
 
 
-def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[int], cfg: RefusionConfig,
-               generator: torch.Generator | None) -> tuple[list[int], bool]:
+def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: RefusionConfig,
+               generator: torch.Generator | None) -> Generator[Request, Tensor, tuple[list[int], bool]]:
     """One plan + verify round (plus the in-slot loop if needed); returns the slots still masked and an EOS flag."""
-    ss, device = cfg.slot_size, prompt_ids.device
+    ss, device = cfg.slot_size, prompt.device
     n_slots = len(remaining)
     slot_pos = torch.tensor(remaining, device=device)[:, None] + torch.arange(ss, device=device)  # [R, ss]
     n_mask = n_slots * ss
+    base = len(state.tokens)
 
-    # (A) plan: unshifted MDM logits over every masked slot of the block.
-    ids = torch.full((1, n_mask), cfg.mask_id, dtype=torch.long, device=device)
-    pos = slot_pos.view(1, -1)
-    if state.cache is None:
-        prompt_pos = torch.arange(prompt_ids.shape[1], device=device)[None]
-        logits = _forward(model, state, torch.cat([prompt_ids, ids], 1), torch.cat([prompt_pos, pos], 1),
-                          logits_to_keep=n_mask)
+    # (A) plan: unshifted MDM logits over every masked slot of the block (the first call also feeds the prompt).
+    ids = torch.full((n_mask,), cfg.mask_id, dtype=torch.long, device=device)
+    pos = slot_pos.view(-1)
+    if state.cache.length() == 0:
+        prompt_pos = torch.arange(prompt.shape[0], device=device)
+        request = Request(torch.cat([prompt, ids]), torch.cat([prompt_pos, pos]), keep=n_mask)
     else:
-        logits = _forward(model, state, ids, pos)
-    logits = logits[0, -n_mask:]
-    drop_last_entries(state.cache, n_mask)
+        request = Request(ids, pos)
+    logits = yield from _ask(state, request)
+    state.cache.truncate(base)
     draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1)
     conf = _token_probs(logits, draft, shifted=False).view(n_slots, ss)
     draft = draft.view(n_slots, ss)
@@ -232,7 +281,7 @@ def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[i
 
     # (B) global verification of the concatenated drafts (shifted probabilities).
     blocks, block_pos = draft[chosen_t], slot_pos[chosen_t]
-    logits = _forward(model, state, blocks.view(1, -1), block_pos.view(1, -1))[0]
+    logits = yield from _ask(state, Request(blocks.view(-1), block_pos.view(-1)))
     scores = conf[chosen_t]  # advanced indexing copies
     scores[:, 1:] = _token_probs(logits, blocks.view(-1), shifted=True).view(k, ss)[:, 1:]
     accept = scores > cfg.token_threshold
@@ -245,7 +294,7 @@ def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[i
     if eos_at is not None or prefix >= ss:
         n_commit = eos_at + 1 if eos_at is not None else prefix // ss * ss
         n_done = -(-n_commit // ss)
-        drop_last_entries(state.cache, k * ss - n_commit)
+        state.cache.truncate(base + n_commit)
         state.commit(flat_tokens[:n_commit], flat_pos[:n_commit], "verify", ss)
         state.iterations += 1
         state.tpf_sum += ss * n_done / 2
@@ -253,12 +302,12 @@ def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[i
         limit = chosen[n_done - 1] if eos_at is not None else n_slots  # after an EOS, later slots are dropped
         return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_at is not None
 
-    # (C) parallel in-slot completion, one cache row per chosen slot.
-    drop_last_entries(state.cache, k * ss)
-    rows, passes, eos_row = _complete_slots(model, state, blocks, block_pos, tags, cfg)
+    # (C) parallel in-slot completion of the chosen slots, on the one cache row.
+    state.cache.truncate(base)
+    rows, passes, eos_row = yield from _complete_slots(state, blocks, block_pos, tags, cfg)
     flat = rows.view(-1).tolist()
     n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
-    merge_row_suffixes(state.cache, len(state.tokens), n_keep)
+    state.cache.truncate(base + n_keep)
     state.commit(flat[:n_keep], flat_pos[:n_keep], "parallel", ss)
     state.iterations += 1
     state.tpf_sum += ss * k / (2 * passes + 2)
@@ -267,35 +316,40 @@ def _iteration(model, prompt_ids: torch.Tensor, state: _State, remaining: list[i
     return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_row is not None
 
 
-def _complete_slots(model, state: _State, blocks: torch.Tensor, block_pos: torch.Tensor, tags: torch.Tensor,
-                    cfg: RefusionConfig) -> tuple[torch.Tensor, int, int | None]:
-    """Accept every chosen slot token by token, all slots at once; returns (slot tokens, passes, first EOS row).
+def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor, tags: torch.Tensor,
+                    cfg: RefusionConfig) -> Generator[Request, Tensor, tuple[torch.Tensor, int, int | None]]:
+    """Accept every chosen slot token by token, all slots at once; returns (slot tokens, passes, first EOS slot).
 
-    Row r of the cache holds the buffer then slot r's accepted prefix. Each pass drafts the window from its masked
-    version (unshifted argmax, whatever the temperature) and verifies it (shifted); a token is accepted when its
-    probability passes the threshold or the token before it was already accepted, so every row gains >= 1 token.
-    The window then starts at the last token all rows accepted, re-fed so its logits score the next one.
+    After the committed buffer the cache row holds each slot's accepted prefix, slot by slot (``start`` entries
+    each). Each pass feeds every slot's window (group = slot) twice: drafted from its masked version (unshifted
+    argmax, whatever the temperature), then verified (shifted); a token is accepted when its probability passes the
+    threshold or the token before it was already accepted, so every slot gains >= 1 token. The windows then start
+    at the last token all slots accepted, re-fed so its logits score the next one; the accepted window entries are
+    moved behind their slot's prefix and the rest are dropped.
     """
-    ss = cfg.slot_size
+    ss, base = cfg.slot_size, len(state.tokens)
     rows = blocks.clone()
     tags = tags.clone()
     pos = block_pos
-    repeat_rows(state.cache, rows.shape[0])
     start, passes, eos_row, complete = 0, 0, None, False
     while not complete:
         if passes >= ss:
             raise RuntimeError("refusion: in-slot completion did not finish within slot_size passes")
-        width = ss - start
+        n_rows, width = rows.shape[0], ss - start
+        groups = [r for r in range(n_rows) for _ in range(width)]
+        owners = [r for r in range(n_rows) for _ in range(start)]
         window_tags = tags[:, start:]
         known = window_tags.bool()
+        window_pos = pos[:, start:].reshape(-1)
         masked = torch.where(known, rows[:, start:], cfg.mask_id)
-        proposals = _forward(model, state, masked, pos[:, start:]).argmax(-1)
-        drop_last_entries(state.cache, width)  # the draft pass must leave nothing behind
+        logits = yield from _ask(state, Request(masked.reshape(-1), window_pos, groups, base, owners))
+        proposals = logits.view(n_rows, width, -1).argmax(-1)
+        state.cache.truncate(base + n_rows * start)  # the draft pass must leave nothing behind
         window = torch.where(known, rows[:, start:], proposals)
         rows[:, start:] = window
-        logits = _forward(model, state, window, pos[:, start:])
+        logits = yield from _ask(state, Request(window.reshape(-1), window_pos, groups, base, owners))
         passes += 1
-        ok = _token_probs(logits, window, shifted=True) > cfg.token_threshold
+        ok = _token_probs(logits.view(n_rows, width, -1), window, shifted=True) > cfg.token_threshold
         ok |= F.pad(window_tags, (1, 0), value=1)[:, :-1].bool()
         new_tags = ok.to(torch.long).cumprod(-1)
         tags[:, start:] = new_tags
@@ -304,12 +358,15 @@ def _complete_slots(model, state: _State, blocks: torch.Tensor, block_pos: torch
         if any(host_eos):
             eos_row = host_eos.index(1)
             rows, tags, pos = rows[: eos_row + 1], tags[: eos_row + 1], pos[: eos_row + 1]
-            tags[eos_row] = 1  # the EOS row is accepted whole; its tail is cut after the EOS at commit
-            keep_first_rows(state.cache, eos_row + 1)
+            tags[eos_row] = 1  # the EOS slot is accepted whole; its tail is cut after the EOS at commit
             counts = counts[: eos_row] + [width]
         complete = min(counts) == width
-        start += min(counts) - (0 if complete else 1)
-        drop_last_entries(state.cache, ss - start)
+        new_start = start + min(counts) - (0 if complete else 1)
+        fed = n_rows * start  # where this pass's windows begin in the tail
+        index = [i for r in range(rows.shape[0])
+                 for i in (*range(r * start, (r + 1) * start), *range(fed + r * width, fed + r * width + new_start - start))]
+        state.cache.keep_tail(base, index)
+        start = new_start
     return rows, passes, eos_row
 
 
@@ -322,7 +379,7 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrac
         raise RuntimeError("refusion: committed positions before the first end-of-sequence are not contiguous")
     return RefusionTrace(
         token_ids=ids,
-        nfe=state.nfe,
+        nfe=float(state.forwards),
         hit_max_tokens=not found,
         iterations=state.iterations,
         tokens_per_forward=state.tpf_sum / max(state.iterations, 1),

@@ -19,14 +19,16 @@ from torch import nn
 from models.networks.common import RMSNorm
 from models.networks.dream import DreamNetworkConfig, DreamNetwork
 from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
+from models.networks.qwen3 import Qwen3NetworkConfig, Qwen3Network
 
-Kind = Literal["llada", "dream"]
-Network = LLaDANetwork | DreamNetwork
-Config = LLaDANetworkConfig | DreamNetworkConfig
+Kind = Literal["llada", "dream", "qwen3"]
+Network = LLaDANetwork | DreamNetwork | Qwen3Network
+Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig
 
 _KINDS: dict[str, tuple[type, type, str]] = {
     "llada": (LLaDANetworkConfig, LLaDANetwork, "LLaDA"),
     "dream": (DreamNetworkConfig, DreamNetwork, "Dream"),
+    "qwen3": (Qwen3NetworkConfig, Qwen3Network, "Qwen3"),
 }
 _DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -52,7 +54,7 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 def _kind(kind: str) -> tuple[type, type, str]:
     if kind not in _KINDS:
-        raise ValueError(f"unknown network kind {kind!r}; use 'llada' or 'dream'")
+        raise ValueError(f"unknown network kind {kind!r}; use {', '.join(map(repr, _KINDS))}")
     return _KINDS[kind]
 
 
@@ -70,7 +72,7 @@ def build_network(config: Config, device: torch.device | str = "cpu", dtype: tor
                   seed: int | None = None) -> Network:
     """A network with fresh weights; with ``seed``, deterministic weights that make every parameter matter (norm
     weights 1 + 0.1 N, biases 0.1 N, linears N(0, 1/fan_in), embeddings N(0, 1)): for tiny offline models."""
-    cls = LLaDANetwork if isinstance(config, LLaDANetworkConfig) else DreamNetwork
+    cls = next(net for cfg_cls, net, _ in _KINDS.values() if isinstance(config, cfg_cls))
     with torch.device(device):
         network = cls(config)
     network = network.to(resolve_dtype(dtype))
@@ -236,7 +238,7 @@ def load_network(path_or_id: str | Path, kind: Kind, dtype: torch.dtype | str = 
 
 def save_network(network: nn.Module, folder: str | Path) -> Path:
     """Write config.json and model.safetensors (one file) that ``load_network`` reads back."""
-    kind_of(network)  # refuses anything but the two native networks
+    kind_of(network)  # refuses anything but the native networks
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = network.config.to_dict()

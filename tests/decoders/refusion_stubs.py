@@ -116,3 +116,32 @@ class NudgedLM(torch.nn.Module):
         answer = torch.where(ids == self.mask_id, self.target[pos], self.target[pos + 1])
         out.logits = out.logits.scatter_add(-1, answer[..., None], torch.full_like(out.logits[..., :1], self.strength))
         return out
+
+
+def native_copy(model: Qwen3ForCausalLM):
+    """The native Qwen3 network with the same weights (the stored names are the same), for the native decoder path."""
+    from models.networks.qwen3 import Qwen3NetworkConfig as NativeConfig, Qwen3Network
+
+    net = Qwen3Network(NativeConfig.from_dict(model.config.to_dict()))
+    net.load_state_dict(model.state_dict(), strict=True)
+    return net.eval()
+
+
+class NudgedNative(torch.nn.Module):
+    """``NudgedLM`` for a native network (``new_cache`` and the native forward signature)."""
+
+    def __init__(self, inner: torch.nn.Module, mask_id: int, target: list[int], strength: float):
+        super().__init__()
+        self.inner, self.mask_id, self.strength = inner, mask_id, strength
+        self.target = torch.tensor(target + [target[-1]])
+
+    def new_cache(self, batch: int, capacity: int):
+        return self.inner.new_cache(batch, capacity)
+
+    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0):
+        logits = self.inner(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
+                            logits_to_keep=logits_to_keep)
+        n = logits.shape[1]
+        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
+        answer = torch.where(ids == self.mask_id, self.target[pos], self.target[(pos + 1).clamp_max(len(self.target) - 1)])
+        return logits.scatter_add(-1, answer[..., None], torch.full_like(logits[..., :1], self.strength))

@@ -18,10 +18,10 @@ import torch
 from transformers import DynamicCache
 
 from models.decoders.contract import ConfigError
-from models.decoders.kv import drop_last_entries, merge_row_suffixes
+from models.decoders.kv import drop_last_entries
 from models.decoders.refusion import (CommitEvent, RefusionConfig, refusion_decode_row, refusion_generate,
                                       validate_refusion_config)
-from refusion_stubs import NudgedLM, ScriptedLM, tiny_qwen
+from refusion_stubs import NudgedLM, NudgedNative, ScriptedLM, native_copy, tiny_qwen
 
 torch.set_num_threads(2)
 
@@ -77,7 +77,7 @@ class Tracker:
 
     def __call__(self, event: CommitEvent) -> None:
         p, g = self.prompt_len, self.gen_length
-        assert event.cache.get_seq_length() == len(event.tokens) == len(event.positions)
+        assert event.kv[0][0].shape[2] == len(event.tokens) == len(event.positions)
         assert len(set(event.positions)) == len(event.positions), "a position was committed twice"
         assert list(event.positions[:p]) == list(range(p))
         assert all(p <= q < p + g for q in event.positions[p:])
@@ -92,7 +92,7 @@ class Tracker:
             rows = [event.slot_size] * full + ([rest] if rest else [])
         self.visible = grow_visibility(self.visible, rows)
         self.events.append(event)
-        self.kv.append([(layer.keys.clone(), layer.values.clone()) for layer in event.cache.layers])
+        self.kv.append(event.kv)
 
 
 def reference_refusion(model, prompt: torch.Tensor, cfg: RefusionConfig):
@@ -238,7 +238,6 @@ def test_incremental_cache_equals_full_recompute_with_unsorted_positions(model):
     for lo, hi in [(4, 8), (8, 12)]:
         model(input_ids=torch.tensor([tokens[lo:hi]]), position_ids=torch.tensor([positions[lo:hi]]), cache=cache,
               use_cache=True)
-    merge_row_suffixes(cache, 12, 0)  # single row, nothing extra kept: a no-op on the buffer
     chunk = model(input_ids=torch.tensor([tokens[12:]]), position_ids=torch.tensor([positions[12:]]), cache=cache,
                   use_cache=True).logits[0]
     reference, ref_cache = full_forward(model, tokens, positions)
@@ -306,9 +305,12 @@ def test_parallel_commit_keeps_each_slots_own_kv(model):
 ANSWER = torch.randint(0, MASK, (80,), generator=torch.Generator().manual_seed(0)).tolist()
 
 
-def nudged(strength: float) -> torch.nn.Module:
+def nudged(strength: float, native: bool = False) -> torch.nn.Module:
     """A random network pulled toward ANSWER: verification then accepts whole slots some of the time, not always."""
     inner = tiny_qwen(vocab=VOCAB, seed=1, sharpness=25.0)
+    if native:
+        inner = native_copy(inner)
+        return NudgedNative(inner, MASK, ANSWER, strength) if strength else inner
     return NudgedLM(inner, MASK, ANSWER, strength) if strength else inner
 
 
@@ -321,14 +323,17 @@ def nudged(strength: float) -> torch.nn.Module:
                 serial_num_blocks=1)),
     (0.0, dict(slot_threshold=0.5, token_threshold=0.05)),
 ])
-def test_matches_reference_algorithm(strength, overrides):
+@pytest.mark.parametrize("network", ["transformers", "native"])
+def test_matches_reference_algorithm(strength, overrides, network):
+    """Both cache paths against the reference recomputed with transformers' network (the native one only decodes)."""
     model = nudged(strength)
+    decoder_model = nudged(strength, native=True) if network == "native" else model
     cfg = config(**overrides)
     paths = set()
     for seed in (1, 2):
         prompt = make_prompt(5, seed=seed)
         tracker = Tracker(prompt.shape[1], cfg.gen_length)
-        out = refusion_decode_row(model, prompt, cfg, on_commit=tracker)
+        out = refusion_decode_row(decoder_model, prompt, cfg, on_commit=tracker)
         ids, nfe, tpf = reference_refusion(model, prompt, cfg)
         assert out.token_ids == ids
         assert out.nfe == nfe
@@ -433,8 +438,10 @@ def test_token_threshold_one_costs_two_forwards_per_slot_token(model):
     out = refusion_decode_row(net, torch.tensor([net.target[:4]]), scripted_config(net, slot_threshold=0.0,
                                                                                   token_threshold=1.0))
     assert out.nfe == 2 * 4 and out.token_ids == net.target[4:20]
-    # in-slot windows start at the last token every row accepted, re-fed so its logits score the next token
-    assert [c.input_ids.shape for c in net.calls[2:]] == [torch.Size([4, w]) for w in (4, 4, 3, 3, 2, 2)]
+    # in-slot windows start at the last token every slot accepted, re-fed so its logits score the next token; the
+    # four windows go together on the one cache row, which holds the prompt and each slot's accepted prefix
+    assert [tuple(c.input_ids.shape) for c in net.calls[2:]] == [(1, 4 * w) for w in (4, 4, 3, 3, 2, 2)]
+    assert [c.cache_len for c in net.calls[2:]] == [4 + 4 * s for s in (0, 0, 1, 1, 2, 2)]
 
 
 def test_thresholds_compare_strictly():
@@ -480,8 +487,9 @@ def test_plan_reads_unshifted_and_verification_reads_shifted():
     net.ar_conf[p + 1] = 0.5
     out = refusion_decode_row(net, torch.tensor([net.target[:p]]), scripted_config(net))
     assert out.token_ids == net.target[p:p + 16] and out.nfe == 4
-    verify = [c for c in net.calls if c.input_ids.shape[0] == 4 and (c.input_ids != net.mask_id).all()]
-    assert len(verify) == 1 and verify[0].cache_len == p  # the in-slot verify: 4 rows on top of the prompt
+    draft, verify = net.calls[2:]  # the in-slot pass: 4 windows in one row on top of the prompt, no cache copy
+    assert (draft.input_ids == net.mask_id).any() and (verify.input_ids != net.mask_id).all()
+    assert verify.input_ids.shape == (1, 16) and verify.cache_len == p
 
 
 # ---- EOS: fixed defects 1.6a and 1.6h -----------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""A preallocated KV cache written by index: per-layer buffers [B, kv_heads, capacity, head_dim] and a length per row.
+
+Decoders that reorder their buffer (ReFusion) append a chunk, drop it again, keep a few chosen tail entries, and
+retire finished rows. Here each of those is an index write or a length change on buffers allocated once, so a decode
+step allocates no cache memory and the shapes a compiled network sees stay simple. Rows may hold different lengths:
+a forward writes row b's new entries at ``lengths[b] ...`` and attends to columns ``0 .. max(lengths) + Q - 1``; the
+caller's mask hides the columns a row does not own (see ``reserve``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Where one forward writes: ``index[b, j]`` = buffer column of row b's j-th new entry; ``key_len`` columns read."""
+
+    index: Tensor  # [B, Q] long
+    key_len: int
+    uniform: int | None  # the common start column when every row has the same length (a plain slice write)
+
+
+class KVBuffer:
+    """Keys (stored after RoPE) and values of every layer, preallocated; ``lengths[b]`` entries of row b are live."""
+
+    def __init__(self, n_layers: int, batch: int, capacity: int, kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str) -> None:
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lengths = [0] * batch
+        self.capacity = capacity
+        self._cols = torch.arange(capacity, device=device)
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.keys)
+
+    def reserve(self, n_new: int) -> Reservation:
+        """Claim ``n_new`` columns after each row's entries (all rows advance by ``n_new``; ``truncate`` trims)."""
+        top = max(self.lengths) + n_new
+        if top > self.capacity:
+            raise RuntimeError(f"KV buffer of capacity {self.capacity} cannot hold {top} entries")
+        starts = torch.tensor(self.lengths, device=self._cols.device)
+        index = starts[:, None] + self._cols[:n_new]
+        uniform = self.lengths[0] if len(set(self.lengths)) == 1 else None
+        self.lengths = [n + n_new for n in self.lengths]
+        return Reservation(index, top, uniform)
+
+    def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""
+        keys, values = self.keys[layer], self.values[layer]
+        if plan.uniform is not None:
+            n = k.shape[2]
+            keys[:, :, plan.uniform:plan.uniform + n] = k
+            values[:, :, plan.uniform:plan.uniform + n] = v
+        else:
+            rows = torch.arange(k.shape[0], device=k.device)[:, None]
+            keys[rows, :, plan.index] = k.transpose(1, 2)
+            values[rows, :, plan.index] = v.transpose(1, 2)
+        return keys[:, :, :plan.key_len], values[:, :, :plan.key_len]
+
+    def truncate(self, row: int, n: int) -> None:
+        """Keep the first ``n`` entries of ``row`` (the rest become free columns)."""
+        if not 0 <= n <= self.lengths[row]:
+            raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
+        self.lengths[row] = n
+
+    def keep_tail(self, row: int, start: int, index: list[int]) -> None:
+        """Row ``row`` keeps entries ``0..start-1`` then entries ``start + index[i]`` in that order (a small copy)."""
+        if any(not 0 <= i < self.lengths[row] - start for i in index):
+            raise ValueError(f"keep_tail index outside row {row}'s tail of {self.lengths[row] - start} entries")
+        if index != list(range(len(index))):
+            src = torch.tensor(index, device=self._cols.device) + start
+            for buf in (*self.keys, *self.values):
+                buf[row, :, start:start + len(index)] = buf[row, :, src]
+        self.lengths[row] = start + len(index)
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (in that order): finished rows leave, so later forwards do no work for them."""
+        if rows == list(range(self.batch)):
+            return
+        index = torch.tensor(rows, device=self._cols.device, dtype=torch.long)
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+        self.lengths = [self.lengths[r] for r in rows]
+
+    def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
+        """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
+        n = self.lengths[row]
+        return [(k[row:row + 1, :, :n].clone(), v[row:row + 1, :, :n].clone()) for k, v in zip(self.keys, self.values)]

@@ -1,0 +1,215 @@
+"""Native torch Qwen3 causal network (the architecture of ReFusion and of the Qwen3 AR baselines), loaded by the
+stored parameter names of a transformers ``Qwen3ForCausalLM`` checkpoint.
+
+Qwen3 differs from the Dream/Qwen2 layout in three places: per-head RMSNorm on q and k before RoPE (``q_norm``,
+``k_norm``), no q/k/v bias (unless ``attention_bias``), and a head_dim that need not be hidden/heads. RoPE angles are
+fp32 and cast to the model dtype, as transformers does. Forward returns unshifted logits [B, L, vocab].
+
+The cache is a ``KVBuffer`` (preallocated, written by index), so a decode step allocates no cache memory; the
+attention mask is a 4-D [B|1, 1, L, K] bool (True = may attend) or additive float mask over the K = cached + new keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.networks.common import RMSNorm, apply_rope, merge_heads, rope_angles, rope_inv_freq, split_heads, swiglu
+from models.networks.kv_buffer import KVBuffer, Reservation
+
+
+@dataclass(frozen=True)
+class Qwen3NetworkConfig:
+    """config.json of a Qwen3 causal LM (transformers field names, its defaults); unsupported values fail early."""
+
+    vocab_size: int = 151936
+    hidden_size: int = 4096
+    intermediate_size: int = 22016
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = 32
+    head_dim: int | None = 128
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    attention_bias: bool = False
+    tie_word_embeddings: bool = False
+    use_sliding_window: bool = False
+    model_type: str = "qwen3"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.hidden_act != "silu":
+            raise ValueError(f"Qwen3 config: hidden_act={self.hidden_act!r} is not supported (the native network needs 'silu')")
+        scaling = self.rope_scaling or {}
+        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+            raise ValueError(f"Qwen3 config: rope_scaling={self.rope_scaling!r} is not supported (only the default RoPE)")
+        if self.use_sliding_window:
+            raise ValueError("Qwen3 config: use_sliding_window=True is not supported (buffer reordering needs full attention)")
+        if self.num_attention_heads % self.kv_heads:
+            raise ValueError(f"Qwen3 config: num_attention_heads {self.num_attention_heads} is not a multiple of "
+                             f"num_key_value_heads {self.kv_heads}")
+        if self.dim_per_head % 2:
+            raise ValueError(f"Qwen3 config: head_dim {self.dim_per_head} must be even for RoPE")
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Qwen3NetworkConfig":
+        """Also accepts transformers-5 ``rope_parameters`` in place of ``rope_theta``/``rope_scaling``."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {k: v for k, v in d.items() if k in names}
+        extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
+        rope_parameters = d.get("rope_parameters")
+        if isinstance(rope_parameters, dict):
+            known.setdefault("rope_theta", rope_parameters.get("rope_theta", cls.rope_theta))
+            if rope_parameters.get("rope_type", "default") != "default":
+                known.setdefault("rope_scaling", rope_parameters)
+        return cls(**known, extra=extra)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**self.extra, **out}
+
+
+class Qwen3Attention(nn.Module):
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
+        super().__init__()
+        d, hd = cfg.hidden_size, cfg.dim_per_head
+        self.n_heads, self.n_kv, self.hd = cfg.num_attention_heads, cfg.kv_heads, hd
+        self.q_proj = nn.Linear(d, self.n_heads * hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(d, self.n_kv * hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(d, self.n_kv * hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.n_heads * hd, d, bias=cfg.attention_bias)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)  # over each head's hd features, before RoPE
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
+                layer: int, plan: Reservation | None) -> Tensor:
+        b, length, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, length, self.n_heads, self.hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, length, self.n_kv, self.hd)).transpose(1, 2)
+        v = split_heads(self.v_proj(x), self.n_kv)
+        q, k = apply_rope(q, cos, sin, q.dtype), apply_rope(k, cos, sin, k.dtype)
+        if cache is not None:
+            k, v = cache.store(layer, plan, k, v)
+        if self.n_heads != self.n_kv:
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None)
+        return self.o_proj(merge_heads(out))
+
+
+class Qwen3MLP(nn.Module):
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
+
+
+class Qwen3Layer(nn.Module):
+    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Qwen3Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Qwen3MLP(cfg)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
+                layer: int, plan: Reservation | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, plan)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def default_causal_mask(lengths: list[int], n_new: int, key_len: int, device: torch.device) -> Tensor:
+    """[B, 1, Q, K] bool: row b's query i sees its cached entries and new entries 0..i (its columns lengths[b]+...)."""
+    starts = torch.tensor(lengths, device=device)[:, None, None]
+    cols = torch.arange(key_len, device=device)[None, None, :]
+    rows = torch.arange(n_new, device=device)[None, :, None]
+    return ((cols < starts) | ((cols >= starts) & (cols <= starts + rows)))[:, None]
+
+
+class Qwen3Network(nn.Module):
+    """Qwen3ForCausalLM as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` unless tied."""
+
+    def __init__(self, config: Qwen3NetworkConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.model.layers = nn.ModuleList(Qwen3Layer(config) for _ in range(config.num_hidden_layers))
+        self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._inv_freq: dict[torch.device, Tensor] = {}
+
+    def new_cache(self, batch: int, capacity: int) -> KVBuffer:
+        """An empty preallocated cache for ``batch`` rows of up to ``capacity`` entries, in the network's dtype."""
+        w = self.model.embed_tokens.weight
+        return KVBuffer(self.config.num_hidden_layers, batch, capacity, self.config.kv_heads,
+                        self.config.dim_per_head, w.dtype, w.device)
+
+    def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        inv_freq = self._inv_freq.get(positions.device)
+        if inv_freq is None:
+            inv_freq = rope_inv_freq(self.config.dim_per_head, self.config.rope_theta).to(positions.device)
+            self._inv_freq[positions.device] = inv_freq
+        ang = rope_angles(positions, inv_freq)
+        return ang.cos().to(dtype).unsqueeze(1), ang.sin().to(dtype).unsqueeze(1)
+
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                cache: KVBuffer | None = None, logits_to_keep: int = 0) -> Tensor:
+        """Logits [B, L, vocab] (only the last ``logits_to_keep`` positions when > 0).
+
+        position_ids: [B|1, L] RoPE positions; default = each row's key column (its cache length + 0..L-1).
+        attention_mask: 4-D [B|1, 1, L, K] over the K = max(cache lengths) + L keys, bool or additive; default is
+        causal over each row's own entries. cache: new k/v are written at each row's length (see ``KVBuffer``).
+        """
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [B, L], got shape {list(input_ids.shape)}")
+        b, length = input_ids.shape
+        plan = None
+        if cache is not None:
+            if cache.batch != b:
+                raise ValueError(f"KV buffer has {cache.batch} rows, input {b}")
+            if position_ids is None:
+                position_ids = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
+                    length, device=input_ids.device)
+            plan = cache.reserve(length)
+            if attention_mask is None:
+                attention_mask = default_causal_mask([n - length for n in cache.lengths], length, plan.key_len,
+                                                     input_ids.device)
+        elif position_ids is None:
+            position_ids = torch.arange(length, device=input_ids.device)[None]
+        key_len = plan.key_len if plan is not None else length
+        if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (length, key_len)):
+            raise ValueError(f"attention_mask must be [B|1, 1, {length}, {key_len}], got {list(attention_mask.shape)}")
+        positions = position_ids.reshape(-1, length).expand(b, length)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self._rope(positions, x.dtype)
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.to(x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cos, sin, attention_mask, cache, i, plan)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]
+        x = self.model.norm(x)
+        head = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+        return F.linear(x, head)

@@ -1,0 +1,170 @@
+"""Native Qwen3 network against transformers' ``Qwen3ForCausalLM`` (an independent implementation): logits within
+1e-5 in fp32 on the tiny checkpoints and on scaled-down real Qwen3 shapes (head_dim 128, GQA, qk-norm, tied and
+untied), with position ids, a 4-D mask and the index-written KV buffer; strict loading by name and shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import DynamicCache, Qwen3ForCausalLM
+from transformers import Qwen3Config as HFQwen3Config
+
+from models.networks.loading import CheckpointError, load_network, save_network
+from models.networks.qwen3 import Qwen3Network
+from models.tiny import materialize
+
+torch.set_num_threads(2)
+
+# Qwen3-8B's config.json (the ReFusion checkpoint keeps it) with only the sizes scaled down: head_dim 128, 4:1 GQA,
+# intermediate/hidden 3, untied; and Qwen3-0.6B's proportions (heads*head_dim != hidden, tied embeddings).
+SCALED_8B = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=1, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                 max_position_embeddings=40960, tie_word_embeddings=False, attention_bias=False, vocab_size=300)
+SCALED_06B = dict(SCALED_8B, hidden_size=128, intermediate_size=384, num_attention_heads=2, tie_word_embeddings=True)
+
+
+def hf_checkpoint(tmp_path, name: str, **cfg) -> tuple[Qwen3ForCausalLM, str]:
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(HFQwen3Config(initializer_range=0.1, **cfg)).eval()
+    with torch.no_grad():  # norms away from 1 so a missing or misplaced norm shows
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.2 * torch.randn_like(p))
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    return model, str(folder)
+
+
+@pytest.fixture(scope="module", params=["tiny-refusion", "tiny-qwen3", "scaled-8b", "scaled-0.6b"])
+def pair(request, tmp_path_factory):
+    if request.param.startswith("tiny"):
+        folder = str(materialize(request.param))
+        hf = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    else:
+        cfg = SCALED_8B if request.param == "scaled-8b" else SCALED_06B
+        hf, folder = hf_checkpoint(tmp_path_factory.mktemp("q3"), request.param, **cfg)
+    return hf, load_network(folder, "qwen3", dtype=torch.float32)
+
+
+def ids_for(hf, b: int, n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, hf.config.vocab_size, (b, n), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def test_full_forward_matches_transformers(pair):
+    hf, net = pair
+    ids = ids_for(hf, 2, 11, 1)
+    theirs = hf(input_ids=ids).logits
+    mine = net(ids)
+    assert mine.shape == theirs.shape
+    assert (mine - theirs).abs().max() < 1e-5
+
+
+@torch.no_grad()
+def test_position_ids_and_4d_mask_match_transformers(pair):
+    hf, net = pair
+    ids = ids_for(hf, 1, 9, 2)
+    pos = torch.tensor([[0, 1, 2, 7, 8, 3, 4, 12, 13]])
+    visible = torch.ones(9, 9).tril().bool()
+    visible[5:7, 3:5] = False  # a second window that does not see the first
+    additive = torch.zeros(9, 9).masked_fill(~visible, torch.finfo(torch.float32).min)[None, None]
+    theirs = hf(input_ids=ids, position_ids=pos, attention_mask=visible[None, None]).logits
+    for mask in (visible[None, None], additive):
+        mine = net(ids, position_ids=pos, attention_mask=mask)
+        assert (mine - theirs).abs().max() < 1e-5
+    plain = net(ids, position_ids=pos)
+    assert (plain - theirs).abs().max() > 1e-4  # the mask mattered
+
+
+@torch.no_grad()
+def test_kv_buffer_append_truncate_select_match_transformers_cache(pair):
+    hf, net = pair
+    ids = ids_for(hf, 1, 14, 3)
+    pos = torch.tensor([[0, 1, 2, 3, 12, 13, 14, 15, 4, 5, 6, 7, 20, 21]])
+    cache = net.new_cache(batch=1, capacity=32)
+    hf_cache = DynamicCache(config=hf.config)
+    net(ids[:, :4], position_ids=pos[:, :4], cache=cache)
+    hf(input_ids=ids[:, :4], position_ids=pos[:, :4], cache=hf_cache, use_cache=True)
+    net(ids[:, 4:10], position_ids=pos[:, 4:10], cache=cache)  # fed, then partly dropped again
+    cache.truncate(0, 4)
+    for lo, hi in [(4, 8), (8, 12)]:
+        net(ids[:, lo:hi], position_ids=pos[:, lo:hi], cache=cache)
+        hf(input_ids=ids[:, lo:hi], position_ids=pos[:, lo:hi], cache=hf_cache, use_cache=True)
+    mine = net(ids[:, 12:], position_ids=pos[:, 12:], cache=cache)
+    theirs = hf(input_ids=ids[:, 12:], position_ids=pos[:, 12:], cache=hf_cache, use_cache=True).logits
+    assert cache.lengths == [14] and (mine - theirs).abs().max() < 1e-5
+    for (k, v), layer in zip(cache.row_kv(0), hf_cache.layers):
+        assert (k - layer.keys).abs().max() < 1e-5 and (v - layer.values).abs().max() < 1e-5
+    # keep_tail: entries 4.. reordered by index equal a cache built in that order
+    cache.keep_tail(0, 4, [4, 5, 6, 7, 0, 1, 2, 3])
+    ref = net.new_cache(batch=1, capacity=32)
+    order = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7]
+    net(ids[:, order[:8]], position_ids=pos[:, order[:8]], cache=ref)
+    kv_a, kv_b = cache.row_kv(0), ref.row_kv(0)
+    assert cache.lengths == [12]
+    assert (kv_a[0][0][:, :, :8] - kv_b[0][0]).abs().max() < 1e-5  # layer 0 keys depend on the token alone
+
+
+@torch.no_grad()
+def test_batched_rows_of_different_lengths_match_single_rows(pair):
+    """Padded rows change GEMM shapes, so this compares at 3e-5 (logits of size ~5), not the 1e-5 parity bound."""
+    hf, net = pair
+    prompts = [ids_for(hf, 1, n, 10 + n) for n in (3, 7, 5)]
+    cache = net.new_cache(batch=3, capacity=24)
+    width = max(p.shape[1] for p in prompts)
+    padded = torch.cat([torch.cat([p, p.new_zeros(1, width - p.shape[1])], 1) for p in prompts])
+    net(padded, cache=cache)
+    for row, p in enumerate(prompts):
+        cache.truncate(row, p.shape[1])
+    step = ids_for(hf, 3, 2, 4)
+    pos = torch.tensor([[p.shape[1], p.shape[1] + 1] for p in prompts])
+    mine = net(step, position_ids=pos, cache=cache)
+    for row, p in enumerate(prompts):
+        full = hf(input_ids=torch.cat([p, step[row:row + 1]], 1)).logits[0, -2:]
+        assert (mine[row] - full).abs().max() < 3e-5
+    cache.select_rows([2, 0])
+    assert cache.lengths == [prompts[2].shape[1] + 2, prompts[0].shape[1] + 2]
+    nxt = net(step[[2, 0], :1], cache=cache)
+    for row, src in enumerate((2, 0)):
+        full = hf(input_ids=torch.cat([prompts[src], step[src:src + 1], step[src:src + 1, :1]], 1)).logits[0, -1]
+        assert (nxt[row, 0] - full).abs().max() < 3e-5
+
+
+def test_strict_loading_names_and_shapes(tmp_path):
+    _, folder = hf_checkpoint(tmp_path, "ok", **SCALED_8B)
+    net = load_network(folder, "qwen3", dtype=torch.float32)
+    assert "lm_head.weight" in net.state_dict() and not net.config.tie_word_embeddings
+    state = load_file(f"{folder}/model.safetensors")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text((tmp_path / "ok" / "config.json").read_text())
+    state.pop("model.layers.0.self_attn.q_norm.weight")
+    state["model.layers.1.mlp.up_proj.weight"] = state["model.layers.1.mlp.up_proj.weight"][:-1]
+    state["model.extra.weight"] = torch.zeros(1)
+    save_file(state, str(bad / "model.safetensors"))
+    with pytest.raises(CheckpointError) as err:
+        load_network(bad, "qwen3", dtype=torch.float32)
+    msg = str(err.value)
+    assert "missing model.layers.0.self_attn.q_norm.weight" in msg and "unexpected model.extra.weight" in msg
+    assert "mis-shaped model.layers.1.mlp.up_proj.weight" in msg and "\n" not in msg
+    # a Dream checkpoint is not a Qwen3 one, and unsupported config values fail with one line
+    cfg = json.loads((tmp_path / "ok" / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "Dream"}))
+    with pytest.raises(CheckpointError, match="not Qwen3"):
+        load_network(bad, "qwen3")
+    (bad / "config.json").write_text(json.dumps({**cfg, "use_sliding_window": True}))
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        load_network(bad, "qwen3")
+
+
+def test_save_and_reload_round_trip(tmp_path):
+    _, folder = hf_checkpoint(tmp_path, "src", **SCALED_06B)
+    net = load_network(folder, "qwen3", dtype=torch.float32)
+    assert isinstance(net, Qwen3Network) and "lm_head.weight" not in net.state_dict()
+    again = load_network(save_network(net, tmp_path / "copy"), "qwen3", dtype=torch.float32)
+    ids = torch.randint(0, 300, (1, 6))
+    with torch.no_grad():
+        assert torch.equal(net(ids), again(ids))
