@@ -193,7 +193,7 @@ class ModelAdapter(ABC):
             kept = cut_at_stop(raw, request.stop)
             ids_after_stop = self.tokenizer(kept, add_special_tokens=False)["input_ids"]
             text = self.tokenizer.decode(ids_after_stop, skip_special_tokens=True)
-            gen_after = len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+            gen_after = self.ids_before_cut(result.token_ids, kept)
             out.append(
                 Generation(
                     text=text,
@@ -207,6 +207,21 @@ class ModelAdapter(ABC):
                 )
             )
         return out
+
+    def ids_before_cut(self, ids: Sequence[int], kept: str) -> int:
+        """How many of the generated ids (special ones not counted) make up ``kept``, a prefix of their decoded
+        text: the shortest prefix of ``ids`` whose text starts with ``kept``. Counted on the ids themselves, since
+        re-tokenising text that holds a split byte sequence (U+FFFD) can give more ids than were generated."""
+        decode = lambda n: self.tokenizer.decode(list(ids[:n]), skip_special_tokens=False)  # noqa: E731
+        low, high = 0, len(ids)  # the answer lies in [low, high]: decode(high) starts with kept
+        while low < high:
+            mid = (low + high) // 2
+            if decode(mid).startswith(kept):
+                high = mid
+            else:
+                low = mid + 1
+        special = set(self.tokenizer.all_special_ids)
+        return sum(1 for t in ids[:high] if t not in special)
 
     def token_id(self, token: str) -> int:
         """The id of one of the model's special tokens; a checkpoint without it fails with one line."""
