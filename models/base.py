@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from models.decoders.contract import ConfigError, DecodeResult, Decoder, canvas_of
-from models.options import set_options
+from models.decoders.sampling import row_seed
+from models.options import leaves, set_options
 
 if TYPE_CHECKING:
     from models.loading import ModelSource
@@ -81,6 +82,7 @@ class PreparedBatch:
     attention_mask: torch.Tensor
     config: ModelConfig
     canvas: int
+    row_seeds: tuple[int, ...] | None = None  # each row's own random stream; None for an unseeded config
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -92,6 +94,14 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
             if i != -1:
                 cut = min(cut, i)
     return text[:cut]
+
+
+def row_seeds(config: ModelConfig, prompts: Sequence[str]) -> tuple[int, ...] | None:
+    """Each sample's own seed: the config's (run) seed hashed with the sample's rendered prompt, so a sample draws
+    the same numbers in any batch and different samples draw different ones. None when the config has no seed."""
+    seed = leaves(config.decoder).get("seed")
+    value = None if seed is None else seed.value
+    return None if value is None else tuple(row_seed(value, prompt) for prompt in prompts)
 
 
 class ModelAdapter(ABC):
@@ -174,13 +184,15 @@ class ModelAdapter(ABC):
         for row, e in enumerate(encoded):
             ids[row, width - len(e):] = torch.tensor(e, dtype=torch.long)
             mask[row, width - len(e):] = 1
-        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas)
+        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas,
+                             row_seeds(config, prompts))
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         """Run the decoder with the checkpoint's token ids filled in. This is the call the harness times; no
         tokenisation happens here."""
         config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
-        return list(self.decoder.generate(self.network, batch.input_ids, batch.attention_mask, config).rows)
+        seeds = {} if batch.row_seeds is None else {"row_seeds": batch.row_seeds}
+        return list(self.decoder.generate(self.network, batch.input_ids, batch.attention_mask, config, **seeds).rows)
 
     @abstractmethod
     def token_ids(self) -> dict[str, Any]:

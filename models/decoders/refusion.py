@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -159,13 +159,14 @@ def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> t
 
 
 def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                      cfg: RefusionConfig) -> DecodeOutput:
+                      cfg: RefusionConfig, row_seeds: Sequence[int] | None = None) -> DecodeOutput:
     """The decoder contract over a left-padded batch: batch 1 by design (the reference hard-codes it), so each row
     is decoded alone on its real tokens; ``trace`` holds each row's ``RefusionTrace``."""
     traces = []
     for row in range(input_ids.shape[0]):
         prompt = input_ids[row] if attention_mask is None else input_ids[row][attention_mask[row].bool()]
-        traces.append(refusion_decode_row(network, prompt[None], cfg))
+        row_cfg = cfg if row_seeds is None else dataclasses.replace(cfg, seed=int(row_seeds[row]))  # its own stream
+        traces.append(refusion_decode_row(network, prompt[None], row_cfg))
     return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=sum(t.nfe for t in traces),
                         trace=tuple(traces))
 
