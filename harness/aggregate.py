@@ -10,6 +10,11 @@ import numpy as np
 from harness.stats import summarize
 
 TOKEN_DEFINITION = "generated_until_eos"
+MIN_TIMED_SAMPLES = 5  # a speed figure resting on fewer timed samples is marked ``low_sample``
+PEAK_MEMORY_SCOPES = {
+    "cuda": "this job only: CUDA max allocated, reset at the job's start, one model resident",
+    "cpu": "process peak RSS since start: not resettable on CPU, so it includes earlier jobs of the run",
+}
 
 
 def metric_table(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -26,7 +31,15 @@ def group_tables(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return {group: metric_table(items) for group, items in sorted(by_group.items())}
 
 
-def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None) -> dict[str, Any]:
+def recorded_batch_size(samples: Sequence[dict[str, Any]], fallback: int) -> int:
+    """The batch size the samples were decoded at (their own records; the largest, since a last batch is short)."""
+    return max((int(s["batch_size"]) for s in samples if not s.get("warmup") and "batch_size" in s),
+               default=fallback)
+
+
+def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None,
+                  peak_memory_device: str | None = None) -> dict[str, Any]:
+    """Speed figures of measurement.md; ``batch_size`` is only the fallback for records that carry none."""
     timed = [s for s in samples if not s.get("warmup")]
     latencies = np.array([s["latency_s"] for s in timed], dtype=float)
     forwards = sum(s["nfe"] for s in samples)
@@ -47,7 +60,9 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "canvas_tokens": max((s["canvas_tokens"] for s in samples), default=None),
         "warmup_samples": len(samples) - len(timed),
         "timed_samples": len(timed),
-        "batch_size": batch_size,
+        "min_timed_samples": MIN_TIMED_SAMPLES,
+        "low_sample": len(timed) < MIN_TIMED_SAMPLES,
+        "batch_size": recorded_batch_size(samples, batch_size),
         "peak_memory_bytes": peak_memory,
         "per_token": per_token(timed),
     }
@@ -56,6 +71,8 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         figures["request_latency_s"] = {"mean": float(np.mean(requests)), "p50": float(np.percentile(requests, 50)),
                                         "p90": float(np.percentile(requests, 90)),
                                         "p99": float(np.percentile(requests, 99))}
+    if peak_memory_device in PEAK_MEMORY_SCOPES:
+        figures["peak_memory_scope"] = PEAK_MEMORY_SCOPES[peak_memory_device]
     ranks = sorted({s.get("rank", 0) for s in timed})
     if len(ranks) > 1:  # data-parallel: each rank's throughput, and their sum as the run's
         per_rank = {str(r): _tps([s for s in timed if s.get("rank", 0) == r]) for r in ranks}
@@ -99,12 +116,12 @@ def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size: int,
-              peak_memory: int | None) -> dict[str, Any]:
+              peak_memory: int | None, peak_memory_device: str | None = None) -> dict[str, Any]:
     return {
         "n_samples": len(samples),
         "primary_metric": primary_metric,
         "metrics": metric_table(samples),
         "groups": group_tables(samples),
-        "speed": speed_figures(samples, batch_size, peak_memory),
+        "speed": speed_figures(samples, batch_size, peak_memory, peak_memory_device),
         "diagnostics": diagnostic_rates(samples),
     }

@@ -20,6 +20,9 @@ USAGE_ERROR = 2
 
 def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = False) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UsageError(f"{kind} {', '.join(repeated)} given more than once; name each {kind} once")
     if kind == "task" and names == ("all",):
         from tasks.registry import PAPER_TASKS
 
@@ -54,11 +57,26 @@ def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, d
     return out
 
 
-def default_output(models: Sequence[str], tasks: Sequence[str]) -> Path:
-    """A folder named after the run's contents, so rerunning the same command resumes it."""
+def experiment_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings that make two runs of the same models and tasks incomparable (they change what is generated or
+    from which data); ``--limit``, ``--warmup`` and ``--device`` are left out: a rerun with another limit resumes."""
+    data_dir = str(args.data_dir.resolve()) if args.data_dir is not None else None
+    return {"data": args.data, "data_dir": data_dir, "preset": args.preset, "gen_length": args.gen_length,
+            "model_args": sorted(args.model_arg), "batch_size": args.batch_size, "seed": args.seed,
+            "dtype": args.dtype}
+
+
+def default_output(models: Sequence[str], tasks: Sequence[str], experiment: dict[str, Any] | None = None) -> Path:
+    """``runs/<models>__<tasks>__<hash of the experiment settings>``: rerunning the same command resumes its folder,
+    and a run with other data, preset, canvas, options, batch size, seed or dtype gets its own."""
+    import hashlib
+    import json
+
     from harness.store import safe_name
 
-    return Path("runs") / safe_name(f"{'+'.join(models)}__{'+'.join(tasks)}")[:120]
+    digest = hashlib.sha256(json.dumps(experiment or {}, sort_keys=True).encode()).hexdigest()[:8]
+    name = safe_name("+".join(models) + "__" + "+".join(tasks))[:110]
+    return Path("runs") / f"{name}__{digest}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", help="comma-separated model names, or hf:/vllm:<hub id or local path>")
     p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
-    p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>; reruns resume it)")
+    p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>__<hash of the settings "
+                                                "that change outputs>; reruns resume it)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
@@ -133,7 +152,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.data_dir is not None and not args.data_dir.is_dir():
         raise UsageError(f"--data-dir {args.data_dir} is not a folder")
     return RunSettings(
-        models=models, tasks=tasks, output=args.output or default_output(models, tasks), limit=args.limit,
+        models=models, tasks=tasks, output=args.output or default_output(models, tasks, experiment_settings(args)), limit=args.limit,
         seed=args.seed, device=args.device, dtype=args.dtype, batch_size=args.batch_size, warmup=args.warmup,
         data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
         model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
@@ -173,14 +192,16 @@ def run_main(argv: Sequence[str]) -> int:
     ctx = context_from_env()
     runner = Runner(settings, ctx)
     distributed.start(ctx, runner.device)
+    reports: list[str] = []
     try:
-        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
+        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx),
+                             after_job=lambda _: reports.append(write_run_report(settings.output)))
     finally:
         distributed.stop(ctx)
     if payload is not None:
         print(summary_table(payload["results"]))
         print(f"results: {runner.folder.results_path}")
-        print(write_run_report(settings.output))
+        print(reports[-1] if reports else "report not written: the run has no results")
     return 0
 
 
@@ -256,10 +277,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.gate_speed import main_gate_speed
 
         return main_gate_speed(argv[1:])
+    from harness.errors import NothingToScore
+
     try:
         if argv[:1] == ["sweep"]:  # the run's options plus grids: the run's error handling
             return sweep_main(argv[1:])
         return run_main(argv)
+    except NothingToScore as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except user_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR

@@ -9,3 +9,7 @@ class RunError(RuntimeError):
 
 class UsageError(ValueError):
     """Bad command-line input (a run's, a sweep's); the message is one line for the user."""
+
+
+class NothingToScore(RunError):
+    """``--rescore`` on a folder without stored samples: exit status 1, neither a usage error nor a success."""

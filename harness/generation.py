@@ -8,7 +8,6 @@ log. Only the decoder call is timed (tokenisation excluded), with the device syn
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -24,12 +23,20 @@ from models.options import with_default_seed
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """``auto`` is this rank's GPU when there is one (torchrun's LOCAL_RANK), else the CPU."""
+    """``auto`` is this rank's GPU when there is one (torchrun's LOCAL_RANK), else the CPU. A name torch does not
+    know, or a GPU this machine lacks, is a one-line RunError."""
     if name == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise RunError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RunError(f"device {name} requested but CUDA is not available (use --device cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise RunError(f"device {name} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise RunError(f"device {name} is not supported; use auto, cpu, cuda or cuda:N")
     return device
 
 
@@ -47,32 +54,50 @@ def with_run_seed(config: Any, seed: int) -> Any:
 @dataclass(frozen=True)
 class LoopSettings:
     batch_size: int = 1
-    warmup: int = 1  # samples left out of the speed figures (every batch holding one of them)
+    warmup: int = 1  # the first ``warmup`` samples decoded run as their own batches and are left out of speed figures
     seed: int = 1234
     rank: int = 0
+    by_length: bool = False  # decode in order of prompt length (longest first), so a batch's padding is small
 
 
 @dataclass(frozen=True)
 class Batch:
     """One decoded batch: the positions of its requests in the caller's list and a record per request."""
 
-    indices: range
+    indices: Sequence[int]
     records: list[dict[str, Any]]
 
 
-def warmup_batches(warmup_samples: int, batch_size: int) -> int:
-    """Batches left out of the speed figures: every batch holding one of the first ``warmup_samples`` samples."""
-    return math.ceil(warmup_samples / batch_size) if warmup_samples > 0 else 0
-
-
-def same_canvas_batches(requests: Sequence[GenerationRequest], size: int) -> Iterator[range]:
-    """Consecutive requests, up to ``size`` at a time, never mixing canvas lengths (a decoder runs one canvas)."""
+def same_canvas_batches(requests: Sequence[GenerationRequest], size: int,
+                        order: Sequence[int] | None = None) -> Iterator[list[int]]:
+    """Requests in ``order`` (default: as given), up to ``size`` at a time, never mixing canvas lengths (a decoder
+    runs one canvas)."""
+    order = list(range(len(requests))) if order is None else list(order)
     start = 0
-    for end in range(1, len(requests) + 1):
-        if end == len(requests) or end - start == size or \
-                requests[end].canvas_tokens != requests[start].canvas_tokens:
-            yield range(start, end)
+    for end in range(1, len(order) + 1):
+        if end == len(order) or end - start == size or \
+                requests[order[end]].canvas_tokens != requests[order[start]].canvas_tokens:
+            yield order[start:end]
             start = end
+
+
+def loop_batches(requests: Sequence[GenerationRequest], size: int, warmup: int,
+                 order: Sequence[int] | None = None) -> Iterator[tuple[list[int], bool]]:
+    """(positions, is_warmup) of every batch. The first ``warmup`` samples form their own batches (at most ``size``
+    each), so every later batch is fully timed and warm-up counts samples, whatever the batch size."""
+    order = list(range(len(requests))) if order is None else list(order)
+    for positions in same_canvas_batches(requests, size, order[:warmup]):
+        yield positions, True
+    for positions in same_canvas_batches(requests, size, order[warmup:]):
+        yield positions, False
+
+
+def length_order(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest]) -> list[int]:
+    """Positions grouped by canvas, longest prompt (in tokens) first within a canvas, as lm-eval orders its
+    requests; ties keep the caller's order, so the order is deterministic."""
+    lengths = [len(adapter.tokenizer(adapter.render(r, config), add_special_tokens=False)["input_ids"])
+               for r in requests]
+    return sorted(range(len(requests)), key=lambda i: (requests[i].canvas_tokens, -lengths[i]))
 
 
 def generate_timed(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest]
@@ -107,13 +132,14 @@ def timing_record(prompt: str, generation: Generation, seconds: float, batch_siz
 
 def generate_batches(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
                      settings: LoopSettings) -> Iterator[Batch]:
-    """Seed, reset the peak-memory counter, then decode ``requests`` batch by batch, in order. Read
-    ``harness.timing.peak_memory_bytes(adapter.device)`` once the loop is done for the peak of this loop."""
+    """Seed, reset the peak-memory counter, then decode ``requests`` batch by batch (in the caller's order, or by
+    prompt length). Read ``harness.timing.peak_memory_bytes(adapter.device)`` once the loop is done for the peak of
+    this loop."""
     seed_everything(settings.seed)
     reset_peak_memory(adapter.device)
-    warm = warmup_batches(settings.warmup, settings.batch_size)
-    for index, positions in enumerate(same_canvas_batches(requests, settings.batch_size)):
+    order = length_order(adapter, config, requests) if settings.by_length else None
+    for positions, warm in loop_batches(requests, settings.batch_size, settings.warmup, order):
         prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
-        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), index < warm, settings.rank,
+        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), warm, settings.rank,
                                               forward_s)
                                 for prompt, gen in zip(prompts, generations)])

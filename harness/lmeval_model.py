@@ -26,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
 from lm_eval.api.model import LM
 from tqdm import tqdm
 
@@ -106,6 +107,16 @@ def ignored_gen_kwargs(gen_kwargs: dict[str, Any]) -> dict[str, Any]:
             and not (k == "do_sample" and v is False) and not (k == "temperature" and v == 0)}
 
 
+def lm_eval_device(name: str | None) -> torch.device:
+    """The device lm-eval asks for; its default is ``cuda`` (or ``cuda:0``), so on a machine without CUDA a CUDA
+    device falls back to the CPU with a note, as lm-eval's own Hugging Face model does."""
+    text = str(name) if name else "auto"
+    if text.startswith("cuda") and not torch.cuda.is_available():
+        logger.warning("CUDA is not available: running on the CPU instead of %s", text)
+        return torch.device("cpu")
+    return resolve_device(text)
+
+
 class HarnessLM(LM):
     """An lm-eval ``LM`` over one harness adapter. Subclasses only set the default harness model."""
 
@@ -129,7 +140,7 @@ class HarnessLM(LM):
             seed=int(seed), gen_length=None if gen_length is None else positive_int("gen_length", gen_length),
             speed_output=Path(output) if output else None,
         )
-        self._device = resolve_device(str(device) if device else "auto")
+        self._device = lm_eval_device(device)
         self.adapter = load_adapter(self.spec, self._device, parse_dtype(dtype, self._device))
         overrides = {k: v for k, v in options.items() if k not in LM_EVAL_ONLY_ARGS}
         self.config = with_run_seed(self.adapter.make_config(overrides), self.settings.seed)

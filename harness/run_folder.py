@@ -13,10 +13,13 @@ A bare results JSON (``some/name.json``) is read as a run whose samples would si
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.errors import RunError
 from harness.files import JSONLError, read_jsonl, write_json_atomic, write_jsonl_atomic
 from harness.store import SampleStore, safe_name
 
@@ -27,6 +30,23 @@ RESULT_KEYS = ("model", "task", "manifest", "n_samples", "primary_metric", "metr
 
 class RunLoadError(ValueError):
     """A run folder or results file that cannot be read; the message is one line for the user."""
+
+
+def check_writable(root: Path) -> None:
+    """Create the run folder and write a probe file in it, so a folder the run cannot write fails before any model
+    loads, with one line (RunError)."""
+    root = Path(root)
+    blocking = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise RunError(f"output {root}: {blocking} is a file, not a folder (choose another --output)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=root)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        raise RunError(f"output folder {root} is not writable ({error.strerror or error}); choose another "
+                       f"--output") from None
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
-from harness.files import jsonl_text, read_jsonl
+from harness.errors import RunError
+from harness.files import jsonl_text
 
 
 def sample_key(**parts: Any) -> str:
@@ -40,7 +41,7 @@ class SampleStore:
         if not self.folder.exists():
             return records
         for path in sorted(self.folder.glob("shard-*.jsonl")):
-            for _, record in read_jsonl(path, tolerant=True):  # a torn last line: that sample is regenerated
+            for record in _shard_records(path):
                 if isinstance(record, dict) and "key" in record:
                     records.setdefault(record["key"], record)
         return records
@@ -64,6 +65,24 @@ class SampleStore:
             handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _shard_records(path: Path) -> Iterator[Any]:
+    """The records of one shard. A torn last line (no newline: the writer was killed) and a line that is not JSON
+    are skipped, so those samples are regenerated; bytes that are not UTF-8 stop the run with one line naming them."""
+    data = path.read_bytes()
+    lines = data[: data.rfind(b"\n") + 1].split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise RunError(f"store shard {path} line {number} is not UTF-8 text (damaged on disk?); delete that "
+                           f"line, or the whole file to regenerate its samples, and rerun") from None
+        if text.strip():
+            try:
+                yield json.loads(text)
+            except json.JSONDecodeError:
+                continue
 
 
 def _repair_torn_tail(path: Path) -> None:

@@ -1,10 +1,18 @@
-"""The table printed at the end of a run."""
+"""The table printed at the end of a run; ``timed`` marks speed figures resting on too few timed samples."""
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import pandas as pd
+
+
+def timed_label(speed: dict[str, Any]) -> str:
+    """The number of timed samples behind the speed figures, marked when below the stated minimum."""
+    n = speed.get("timed_samples")
+    if speed.get("low_sample"):
+        return f"{n} (low, <{speed.get('min_timed_samples')})"
+    return "-" if n is None else str(n)
 
 
 def summary_frame(results: Sequence[dict[str, Any]]) -> pd.DataFrame:
@@ -21,6 +29,7 @@ def summary_frame(results: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "95% CI": f"[{lo:.3f}, {hi:.3f}]",
             "n": r["n_samples"],
             "tokens/s": speed["tokens_per_second"],
+            "timed": timed_label(speed),
             "tokens/fwd": speed["tokens_per_forward"],
             "p50 s": speed["latency_s"]["p50"],
             "truncated": r["diagnostics"].get("truncated_rate"),

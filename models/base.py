@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from models.decoders.contract import ConfigError, DecodeResult, Decoder, canvas_of
-from models.options import set_options
+from models.decoders.sampling import row_seed
+from models.options import leaves, set_options
 
 if TYPE_CHECKING:
     from models.loading import ModelSource
@@ -91,6 +92,7 @@ class PreparedBatch:
     attention_mask: torch.Tensor
     config: ModelConfig
     canvas: int
+    row_seeds: tuple[int, ...] | None = None  # each row's own random stream; None for an unseeded config
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -102,6 +104,14 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
             if i != -1:
                 cut = min(cut, i)
     return text[:cut]
+
+
+def row_seeds(config: ModelConfig, prompts: Sequence[str]) -> tuple[int, ...] | None:
+    """Each sample's own seed: the config's (run) seed hashed with the sample's rendered prompt, so a sample draws
+    the same numbers in any batch and different samples draw different ones. None when the config has no seed."""
+    seed = leaves(config.decoder).get("seed")
+    value = None if seed is None else seed.value
+    return None if value is None else tuple(row_seed(value, prompt) for prompt in prompts)
 
 
 class ModelAdapter(ABC):
@@ -190,14 +200,16 @@ class ModelAdapter(ABC):
         for row, e in enumerate(encoded):
             ids[row, width - len(e):] = torch.tensor(e, dtype=torch.long)
             mask[row, width - len(e):] = 1
-        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas)
+        return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas,
+                             row_seeds(config, prompts))
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         """Run the decoder with the checkpoint's token ids filled in. This is the call the harness times; no
         tokenisation happens here."""
         config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
         network = self.network_for(batch.config.runtime)
-        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config).rows)
+        seeds = {} if batch.row_seeds is None else {"row_seeds": batch.row_seeds}
+        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config, **seeds).rows)
 
     def network_for(self, runtime: RuntimeOptions) -> Any:
         """The network a batch runs on; an adapter with runtime options picks it by them."""
@@ -214,7 +226,7 @@ class ModelAdapter(ABC):
             kept = cut_at_stop(raw, request.stop)
             ids_after_stop = self.tokenizer(kept, add_special_tokens=False)["input_ids"]
             text = self.tokenizer.decode(ids_after_stop, skip_special_tokens=True)
-            gen_after = len(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else 0
+            gen_after = self.ids_before_cut(result.token_ids, kept)
             out.append(
                 Generation(
                     text=text,
@@ -228,6 +240,21 @@ class ModelAdapter(ABC):
                 )
             )
         return out
+
+    def ids_before_cut(self, ids: Sequence[int], kept: str) -> int:
+        """How many of the generated ids (special ones not counted) make up ``kept``, a prefix of their decoded
+        text: the shortest prefix of ``ids`` whose text starts with ``kept``. Counted on the ids themselves, since
+        re-tokenising text that holds a split byte sequence (U+FFFD) can give more ids than were generated."""
+        decode = lambda n: self.tokenizer.decode(list(ids[:n]), skip_special_tokens=False)  # noqa: E731
+        low, high = 0, len(ids)  # the answer lies in [low, high]: decode(high) starts with kept
+        while low < high:
+            mid = (low + high) // 2
+            if decode(mid).startswith(kept):
+                high = mid
+            else:
+                low = mid + 1
+        special = set(self.tokenizer.all_special_ids)
+        return sum(1 for t in ids[:high] if t not in special)
 
     def token_id(self, token: str) -> int:
         """The id of one of the model's special tokens; a checkpoint without it fails with one line."""

@@ -38,6 +38,8 @@ class Cell:
     combined_tokens_per_second: float | None  # data-parallel runs: the sum over ranks (tokens_per_second is per rank)
     diagnostics: dict[str, Any]
     manifest: dict[str, Any]
+    timed_samples: int | None = None
+    low_sample: bool = False  # the speed figures rest on fewer timed samples than the run's stated minimum
 
     @property
     def forwards_per_token(self) -> float | None:
@@ -88,6 +90,7 @@ def to_cell(entry: Labelled) -> Cell:
         latency={k: _number(v) for k, v in (speed.get("latency_s") or {}).items()},
         combined_tokens_per_second=_number(speed.get("combined_tokens_per_second")),
         diagnostics=dict(r.get("diagnostics") or {}), manifest=dict(r["manifest"]),
+        timed_samples=speed.get("timed_samples"), low_sample=bool(speed.get("low_sample")),
     )
 
 

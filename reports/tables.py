@@ -42,6 +42,7 @@ class GridCell:
     ci_high: float | None
     tokens_per_second: float | None
     n: int | None = None
+    low_sample: bool = False  # speed from too few timed samples
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class GridRow:
 
 
 def grid_cell(cell: Cell) -> GridCell:
-    return GridCell(pct(cell.value), pct(cell.ci_low), pct(cell.ci_high), cell.tokens_per_second, cell.n)
+    return GridCell(pct(cell.value), pct(cell.ci_low), pct(cell.ci_high), cell.tokens_per_second, cell.n,
+                    cell.low_sample)
 
 
 def paper_grid(data: ReportData) -> list[GridRow]:
@@ -75,7 +77,8 @@ def cell_text(cell: GridCell | None, with_ci: bool = True) -> str:
     if cell is None:
         return "-"
     ci = f" [{fmt(cell.ci_low, 1)}, {fmt(cell.ci_high, 1)}]" if with_ci and cell.ci_low is not None else ""
-    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s"
+    few = " (few timed samples)" if cell.low_sample else ""
+    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s{few}"
 
 
 def paper_frame(data: ReportData) -> pd.DataFrame:
@@ -133,6 +136,7 @@ def speed_frame(data: ReportData) -> pd.DataFrame:
             "canvas": c.canvas_tokens, "gen tokens (mean)": c.gen_tokens_mean,
             "latency mean s": c.latency.get("mean"), "p50 s": c.latency.get("p50"),
             "p90 s": c.latency.get("p90"), "p99 s": c.latency.get("p99"),
+            "timed samples": c.timed_samples if not c.low_sample else f"{c.timed_samples} (few)",
         })
         if any(o.combined_tokens_per_second is not None for o in data.cells):
             records[-1]["tokens/s all ranks"] = c.combined_tokens_per_second

@@ -6,6 +6,7 @@ from functools import cached_property
 
 import torch
 
+from models.adapters.resident import ResidentWeights
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.loading import ModelSource, hub_error
@@ -36,8 +37,11 @@ def generation_eos_ids(network, tokenizer) -> list[int]:
     return ids
 
 
-class CausalLMAdapter(ModelAdapter):
+class CausalLMAdapter(ResidentWeights, ModelAdapter):
     """Any network transformers loads as a causal LM; the tokenizer and weights load on first use."""
+
+    loaded_fields = ("_loaded",)
+    loader = "causal"
 
     @cached_property
     def _loaded(self):

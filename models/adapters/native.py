@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from models.adapters.resident import ResidentWeights
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.loading import ModelSource, hub_error
@@ -23,10 +24,15 @@ def load_tokenizer(source: ModelSource):
         raise hub_error(source.ref, error) from None
 
 
-class NativeNetworkAdapter(ModelAdapter):
+class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
     """An adapter whose network is one of ``models/networks`` (``network_kind``); weights load on first decode."""
 
     network_kind: str
+    loaded_fields = ("tokenizer", "network")
+
+    @property
+    def loader(self) -> str:  # type: ignore[override]
+        return f"native:{self.network_kind}"
 
     @cached_property
     def tokenizer(self):

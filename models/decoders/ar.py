@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from transformers import DynamicCache
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
+from models.decoders.sampling import row_generators
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,10 @@ def next_tokens(logits: torch.Tensor, sampling: ARConfig, generator: torch.Gener
 
 
 @torch.inference_mode()
-def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cfg: ARConfig) -> DecodeOutput:
-    """Decode up to ``max_new_tokens`` per row; returns each row's ids up to and including its first eos."""
+def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cfg: ARConfig,
+                row_seeds: Sequence[int] | None = None) -> DecodeOutput:
+    """Decode up to ``max_new_tokens`` per row; returns each row's ids up to and including its first eos. With
+    ``row_seeds`` a sampling row draws from its own generator."""
     require_filled(cfg, "ar")
     validate_ar_config(cfg)
     sampling, max_new_tokens, eos_ids, pad_id = cfg, cfg.max_new_tokens, list(cfg.eos_ids), cfg.pad_id
@@ -71,6 +75,7 @@ def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | N
     generator = None
     if sampling.do_sample and sampling.seed is not None:
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
+    generators = row_generators(row_seeds, batch, device) if sampling.do_sample else None
     eos = torch.tensor(eos_ids, device=device)
     mask = attention_mask.clone()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -83,7 +88,10 @@ def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | N
     generated: list[torch.Tensor] = []
     next_pos = positions[:, -1:] + 1
     for step in range(max_new_tokens):
-        token = next_tokens(logits, sampling, generator)
+        if generators is None:
+            token = next_tokens(logits, sampling, generator)
+        else:
+            token = torch.cat([next_tokens(logits[row:row + 1], sampling, g) for row, g in enumerate(generators)])
         token = torch.where(done, torch.full_like(token, pad_id), token)
         generated.append(token)
         done |= torch.isin(token, eos)

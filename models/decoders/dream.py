@@ -8,8 +8,9 @@ floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` u
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Callable, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,8 @@ from models.decoders.sampling import (
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
+    row_generators,
+    row_starts,
     sample_categorical,
     top_k_filter,
     top_p_filter,
@@ -178,20 +181,34 @@ def _confidence_step(
     return x.scatter(1, chosen, proposals.gather(1, chosen))
 
 
+def _row_by_row(step: Callable[..., torch.Tensor], x: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
+                generators: list[torch.Generator], starts: list[int]) -> torch.Tensor:
+    """One step on each row alone, on its real positions with its own generator: the draws it would make alone."""
+    x = x.clone()
+    for row, (generator, start) in enumerate(zip(generators, starts)):
+        part = slice(row, row + 1), slice(start, None)
+        x[part] = step(x[part], mask_index[part], logits[part], generator=generator)
+    return x
+
+
 @torch.no_grad()
 def dream_generate(
     network: Network,
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: DreamConfig,
+    row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
-    """Fill ``max_new_tokens`` masks after the (left-padded) prompts in ``steps`` full-sequence forwards."""
+    """Fill ``max_new_tokens`` masks after the (left-padded) prompts in ``steps`` full-sequence forwards. With
+    ``row_seeds`` each row draws from its own generator (``cfg.seed`` is then unused)."""
     require_filled(cfg, "dream")
     validate_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
-    prompt_len = input_ids.shape[1]
+    batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generator = make_generator(cfg.seed, device)
+    generators = row_generators(row_seeds, batch, device)
+    generator = make_generator(cfg.seed, device) if generators is None else None
+    starts = row_starts(attention_mask, batch)
 
     x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
     mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
@@ -203,10 +220,14 @@ def dream_generate(
         last = i == cfg.steps - 1
         if cfg.alg == "origin":
             p_transfer = 1.0 if last else 1 - s / t
-            x = _origin_step(x, mask_index, logits, p_transfer, cfg, generator)
+            step = functools.partial(_origin_step, p_transfer=p_transfer, cfg=cfg)
         else:
             count = dream_transfer_count(mask_index, t, s, last)
-            x = _confidence_step(x, mask_index, logits, count, cfg, generator)
+            step = functools.partial(_confidence_step, count=count, cfg=cfg)
+        if generators is None:
+            x = step(x, mask_index, logits, generator=generator)
+        else:
+            x = _row_by_row(step, x, mask_index, logits, generators, starts)
     return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)
 
 

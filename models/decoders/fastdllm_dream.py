@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -229,15 +230,20 @@ def fastdllm_dream_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: FastDreamConfig,
+    row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
-    """Fill ``max_new_tokens`` masks after the (left-padded) prompts; rows are cut after the first EOS."""
+    """Fill ``max_new_tokens`` masks after the (left-padded) prompts; rows are cut after the first EOS.
+
+    ``row_seeds``: Dream's own path draws per row; the threshold and cached paths use a row's seed at batch 1 and
+    still one generator for a larger batch (their draws are not yet split by row)."""
     require_filled(cfg, "dream-fastdllm")
     validate_fast_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
     if cfg.cache == "none" and cfg.threshold is None:
-        return dream_generate(network, input_ids, attention_mask, cfg.dream)
+        return dream_generate(network, input_ids, attention_mask, cfg.dream, row_seeds)
     prompt_len = input_ids.shape[1]
-    generator = make_generator(cfg.dream.seed, input_ids.device)
+    one_row_seed = row_seeds[0] if row_seeds is not None and len(row_seeds) == 1 else None
+    generator = make_generator(cfg.dream.seed if one_row_seed is None else int(one_row_seed), input_ids.device)
     x = F.pad(input_ids, (0, cfg.dream.max_new_tokens), value=cfg.dream.mask_id)
     mask, positions = padding_inputs(attention_mask, cfg.dream.max_new_tokens)
     padding = Padding(mask=mask, positions=positions)

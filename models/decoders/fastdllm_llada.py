@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +42,8 @@ from models.decoders.fastdllm import (
     window_forward,
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.sampling import add_gumbel_noise, check_inputs, llada_transfer_counts, make_generator
+from models.decoders.sampling import (add_gumbel_noise, check_inputs, llada_transfer_counts, make_generator,
+                                      row_generators)
 from models.networks.common import KVCache
 
 
@@ -104,15 +106,18 @@ def fastdllm_llada_generate(
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: FastLLaDAConfig,
+    row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
-    """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT."""
+    """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT.
+    With ``row_seeds`` each row draws from its own generator (blocks lie past the padding, so no offset)."""
     require_filled(cfg, "llada-fastdllm")
     validate_fast_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
     plain = cfg.llada
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generator = make_generator(plain.seed, device)
+    generators = row_generators(row_seeds, batch, device)
+    generator = make_generator(plain.seed, device) if generators is None else None
 
     x = torch.full((batch, prompt_len + plain.gen_length), plain.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
@@ -136,9 +141,13 @@ def fastdllm_llada_generate(
                 logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
             nfe += 1
             counts = schedule[:, step] if step < steps_per_block else torch.zeros_like(schedule[:, 0])
-            x[:, start:end] = llada_step(
-                logits[:, start - offset : end - offset], x[:, start:end], counts.clamp_min(1), cfg, generator
-            )
+            block_logits, counts = logits[:, start - offset : end - offset], counts.clamp_min(1)
+            if generators is None:
+                x[:, start:end] = llada_step(block_logits, x[:, start:end], counts, cfg, generator)
+            else:
+                for row, g in enumerate(generators):
+                    rows = slice(row, row + 1)
+                    x[rows, start:end] = llada_step(block_logits[rows], x[rows, start:end], counts[rows], cfg, g)
     return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
 
 

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, get_args
+from typing import Any, Callable, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
-from models.decoders.sampling import add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts, make_generator
+from models.decoders.sampling import (add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts, make_generator,
+                                      row_generators, row_starts)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -130,20 +131,38 @@ def _proposals_and_confidence(
     return x0, confidence
 
 
+def _row_proposals_and_confidence(
+    logits: torch.Tensor, x: torch.Tensor, cfg: LLaDAConfig, generators: list[torch.Generator], starts: list[int]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_proposals_and_confidence`` row by row, each on its real positions with its own generator: a row's draws
+    are those it would make alone. Padding keeps its token and gets confidence -inf."""
+    x0, confidence = x.clone(), None
+    for row, (generator, start) in enumerate(zip(generators, starts)):
+        row_x0, row_conf = _proposals_and_confidence(logits[row:row + 1, start:], cfg, generator)
+        if confidence is None:
+            confidence = torch.full(x.shape, float("-inf"), dtype=row_conf.dtype, device=x.device)
+        x0[row, start:], confidence[row, start:] = row_x0[0], row_conf[0]
+    return x0, confidence
+
+
 @torch.no_grad()
 def llada_generate(
     network: Network,
     input_ids: torch.LongTensor,
     attention_mask: torch.Tensor | None,
     cfg: LLaDAConfig,
+    row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
-    """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; rows are cut after EOS or EOT."""
+    """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; rows are cut after EOS or EOT.
+    With ``row_seeds`` each row draws from its own generator (``cfg.seed`` is then unused)."""
     require_filled(cfg, "llada")
     validate_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generator = make_generator(cfg.seed, device)
+    generators = row_generators(row_seeds, batch, device)
+    generator = make_generator(cfg.seed, device) if generators is None else None
+    starts = row_starts(attention_mask, batch)
 
     x = torch.full((batch, prompt_len + cfg.gen_length), cfg.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
@@ -164,7 +183,10 @@ def llada_generate(
             mask_index = x == cfg.mask_id
             logits = _forward(network, x, attention_mask, prompt_index, cfg)
             nfe += 1
-            x0, confidence = _proposals_and_confidence(logits, cfg, generator)
+            if generators is None:
+                x0, confidence = _proposals_and_confidence(logits, cfg, generator)
+            else:
+                x0, confidence = _row_proposals_and_confidence(logits, x, cfg, generators, starts)
             confidence[:, end:] = float("-inf")
             confidence = torch.where(mask_index, confidence, torch.full_like(confidence, float("-inf")))
             x0 = torch.where(mask_index, x0, x)

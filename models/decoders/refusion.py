@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable, Generator
+from typing import Callable, Generator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -164,7 +164,7 @@ def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> t
 
 
 def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                      cfg: RefusionConfig) -> DecodeOutput:
+                      cfg: RefusionConfig, row_seeds: Sequence[int] | None = None) -> DecodeOutput:
     """The decoder contract over a left-padded batch: each row decodes on its real tokens only, all rows together
     on a native network (one forward per round), row by row on any other; ``trace`` holds each row's
     ``RefusionTrace``. ``nfe`` counts network calls (a batched one once)."""
@@ -172,7 +172,7 @@ def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attenti
         prompts = list(input_ids)
     else:
         prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
-    traces = refusion_decode_rows(network, prompts, cfg)
+    traces = refusion_decode_rows(network, prompts, cfg, row_seeds=row_seeds)
     return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=round(sum(t.nfe for t in traces)),
                         trace=tuple(traces))
 
@@ -198,11 +198,17 @@ def refusion_decode_row(
 
 
 @torch.no_grad()
+def _row_config(cfg: RefusionConfig, row_seeds: Sequence[int] | None, row: int) -> RefusionConfig:
+    """A row's own Gumbel stream when the harness gives per-row seeds (the same sample, the same draws, any batch)."""
+    return cfg if row_seeds is None else dataclasses.replace(cfg, seed=int(row_seeds[row]))
+
+
 def refusion_decode_rows(
     model: torch.nn.Module,
     prompts: list[torch.Tensor],
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
+    row_seeds: Sequence[int] | None = None,
 ) -> list[RefusionTrace]:
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
@@ -222,7 +228,7 @@ def refusion_decode_rows(
     for members in batches:
         stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model)
         live = list(range(len(members)))
-        programs = [_row_program(prompts[i], cfg, RowCache(stepper, live, j), i, on_commit)
+        programs = [_row_program(prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i, on_commit)
                     for j, i in enumerate(members)]
         results, nfe = drive(stepper, programs, live, device)
         for i, result, n in zip(members, results, nfe):

@@ -6,7 +6,8 @@ decoders stay reproducible and each piece can be tested against a hand computati
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +41,30 @@ def make_generator(seed: int | None, device: torch.device | str) -> torch.Genera
     else:
         generator.manual_seed(seed)
     return generator
+
+
+def row_seed(seed: int, identity: str) -> int:
+    """A sample's own seed, from the run's seed and what identifies the sample (63 bits of a SHA-256)."""
+    digest = hashlib.sha256(f"{seed}\0{identity}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def row_generators(row_seeds: Sequence[int] | None, batch: int,
+                   device: torch.device | str) -> list[torch.Generator] | None:
+    """One generator per row when per-row seeds are given (each row then draws its own numbers, the same in any
+    batch); None otherwise (the decoder's one generator for the whole batch, as in the references)."""
+    if row_seeds is None:
+        return None
+    if len(row_seeds) != batch:
+        raise ValueError(f"row_seeds has {len(row_seeds)} seeds for a batch of {batch}")
+    return [make_generator(int(seed), device) for seed in row_seeds]
+
+
+def row_starts(attention_mask: torch.Tensor | None, batch: int) -> list[int]:
+    """Where each left-padded row's real tokens begin: per-row draws cover only those, so padding moves nothing."""
+    if attention_mask is None:
+        return [0] * batch
+    return (attention_mask.shape[1] - attention_mask.sum(dim=1)).tolist()
 
 
 # ---- sampling ---------------------------------------------------------------------------------------------------
