@@ -1,4 +1,4 @@
-"""Fast-dLLM's named evaluation modes (decoders.md §4.3) as configs, and the decoder rows a speed benchmark runs
+"""Fast-dLLM's named evaluation modes (docs/decoders.md §4) as configs, and the decoder rows a speed benchmark runs
 side by side. Used by the benchmarks and by the decoder tests (which check the table below).
 
 | mode            | cache  | threshold | steps (LLaDA / Dream)                 |

@@ -1,4 +1,4 @@
-"""From scored sample records to the per-(model, task) figures of measurement.md."""
+"""From scored sample records to the per-(model, task) figures of docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def recorded_batch_size(samples: Sequence[dict[str, Any]], fallback: int) -> int
 
 def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None,
                   peak_memory_device: str | None = None) -> dict[str, Any]:
-    """Speed figures of measurement.md; ``batch_size`` is only the fallback for records that carry none."""
+    """Speed figures of docs/measurement.md; ``batch_size`` is only the fallback for records that carry none."""
     timed = [s for s in samples if not s.get("warmup")]
     latencies = np.array([s["latency_s"] for s in timed], dtype=float)
     forwards = sum(s["nfe"] for s in samples)

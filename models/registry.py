@@ -43,7 +43,7 @@ class ModelSpec:
         return dict(self.presets.get(preset, {}).get(task, {}))
 
 
-# LLaDA-8B-Instruct's own evaluation (decoders.md §2.3): gen_length = block_length, one token per step.
+# LLaDA-8B-Instruct's own evaluation (docs/decoders.md §2): gen_length = block_length, one token per step.
 LLADA_PAPER = {
     "mmlu_pro": {"gen_length": 256},
     "arc_challenge": {"gen_length": 512},
@@ -54,14 +54,14 @@ LLADA_PAPER = {
     "mbpp": {"gen_length": 256, "confidence_eos_eot_inf": True},
 }
 
-# Dream-v0-Instruct's eval_instruct settings (decoders.md §3.4): entropy, T 0.1, top_p 0.9, steps = max_new_tokens.
+# Dream-v0-Instruct's eval_instruct settings (docs/decoders.md §3): entropy, T 0.1, top_p 0.9, steps = max_new_tokens.
 _DREAM_SAMPLING = {"alg": "entropy", "temperature": 0.1, "top_p": 0.9}
 DREAM_PAPER = {
     task: {**_DREAM_SAMPLING, "gen_length": length}
     for task, length in {"mmlu_pro": 128, "gsm8k": 256, "math": 512, "humaneval": 768, "mbpp": 1024}.items()
 }
 
-# ReFusion's eval.sh (decoders.md §1.4): canvas 512, slot size, serial blocks, slot and token thresholds per task.
+# ReFusion's eval.sh (docs/decoders.md §1): canvas 512, slot size, serial blocks, slot and token thresholds per task.
 REFUSION_PAPER = {
     task: {"gen_length": 512, "slot_size": slot, "serial_num_blocks": blocks, "slot_threshold": slot_thr,
            "token_threshold": token_thr}
@@ -76,7 +76,7 @@ REFUSION_PAPER = {
     }.items()
 }
 
-# LLaDA-1.5's own evaluation (decoders.md §2.3): (gen, block) per task, one token per step.
+# LLaDA-1.5's own evaluation (docs/decoders.md §2): (gen, block) per task, one token per step.
 LLADA_15_PAPER = {
     task: {"gen_length": gen, "block_length": block, "confidence_eos_eot_inf": eos_inf}
     for task, (gen, block, eos_inf) in {
@@ -92,7 +92,7 @@ LLADA_15_PAPER = {
 # its eos_penalty 3.0 has no counterpart in Dream's sampler and is not applied.
 DREAM_CODER = {"temperature": 0.1, "top_p": 1.0, "alg": "entropy", "alg_temp": 0.0}
 
-# Fast-dLLM's published setting (decoders.md §4.3) is the Fast-dLLM configs' own default: dual cache + parallel
+# Fast-dLLM's published setting (docs/decoders.md §4) is the Fast-dLLM configs' own default: dual cache + parallel
 # decoding, block 32, threshold 0.9.
 
 MODELS: dict[str, ModelSpec] = {

@@ -94,7 +94,7 @@ QWEN3_TOKENIZER = TokenizerSpec(
     chat_template=QWEN3_CHAT_TEMPLATE,
 )
 
-# ReFusion adds <|beginoftext|> and <|mask|> to the Qwen3 tokenizer (decoders.md §1.1).
+# ReFusion adds <|beginoftext|> and <|mask|> to the Qwen3 tokenizer (docs/decoders.md §1).
 REFUSION_TOKENIZER = TokenizerSpec(
     special_tokens=QWEN3_SPECIALS + ("<|beginoftext|>", "<|mask|>"),
     eos_token="<|im_end|>",
@@ -104,7 +104,7 @@ REFUSION_TOKENIZER = TokenizerSpec(
     chat_template=QWEN3_CHAT_TEMPLATE,
 )
 
-# LLaDA-8B-Instruct: Llama-3 style headers, the template itself starts with <|startoftext|> (decoders.md §2.1).
+# LLaDA-8B-Instruct: Llama-3 style headers, the template itself starts with <|startoftext|> (docs/decoders.md §2).
 LLADA_CHAT_TEMPLATE = (
     "<|startoftext|>"
     "{% for m in messages %}"
@@ -124,7 +124,7 @@ LLADA_TOKENIZER = TokenizerSpec(
     chat_template=LLADA_CHAT_TEMPLATE,
 )
 
-# Dream-v0-Instruct: Qwen2.5 template with the default system prompt (decoders.md §3.1).
+# Dream-v0-Instruct: Qwen2.5 template with the default system prompt (docs/decoders.md §3).
 DREAM_CHAT_TEMPLATE = (
     "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
     "{% for m in messages %}"

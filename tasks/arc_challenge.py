@@ -1,4 +1,4 @@
-"""ARC-Challenge as the ReFusion fork's ``arc_challenge_chat`` ran it (tasks.md §3).
+"""ARC-Challenge as the ReFusion fork's ``arc_challenge_chat`` ran it (docs/tasks.md).
 
 The answer is generated after an assistant prefill, cut at "\\n\\n" or ".", and matched to the gold letter after a
 left strip (the fork's lm-eval 0.4.9.1; 0.4.13 strips both sides).

@@ -1,7 +1,7 @@
 """What the two code tasks share: the fork's python-fence rule, and scoring programs in the sandbox (tasks/execution).
 
 The ReFusion wrapper replaced every answer that contains a python block by the first block's body. The harness
-applies that rule to the code tasks only (tasks.md, Decisions): on math answers it throws away the reasoning.
+applies that rule to the code tasks only (docs/tasks.md): on math answers it throws away the reasoning.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """HumanEval+ and MBPP+ (evalplus): the paper's two code tasks, scored on evalplus's base and extra tests.
 
-Prompts and code extraction are those of ``humaneval`` and ``mbpp`` (tasks.md §7, §8), reused from their modules,
+Prompts and code extraction are those of ``humaneval`` and ``mbpp`` (docs/tasks.md), reused from their modules,
 so the base and plus scores of one run measure the same answers to the same kind of prompt. Scoring is evalplus's
 differential testing: the answer's entry point is called on each input and its output compared with the canonical
 solution's (tasks/evalplus_compare.py), in the harness's sandbox (tasks/evalplus_exec.py), with evalplus's time

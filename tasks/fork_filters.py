@@ -1,6 +1,6 @@
 """The two lm-eval filters whose 0.4.9.1 behaviour (the ReFusion fork's) differs from the installed 0.4.13.
 
-The paper's numbers were scored by 0.4.9.1, so these reproduce it (tasks.md, Decisions):
+The paper's numbers were scored by 0.4.9.1, so these reproduce it (docs/tasks.md):
 
 * ``remove_whitespace`` stripped only the left side; 0.4.13 strips both (" C " scores 0 in the fork, 1 in 0.4.13).
 * ``multi_choice_regex``'s choice-text fallback joined the choices into one alternation in choice order, so at each

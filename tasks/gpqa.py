@@ -1,4 +1,4 @@
-"""GPQA (main) as the ReFusion fork's ``gpqa_main_generative_n_shot`` ran it at zero shot (tasks.md §6).
+"""GPQA (main) as the ReFusion fork's ``gpqa_main_generative_n_shot`` ran it at zero shot (docs/tasks.md).
 
 The fork shuffled the four answers with Python's global RNG, so the order depended on load order and caching. Here
 each item's order comes from a generator seeded by a hash of its question, so every run and every model sees the

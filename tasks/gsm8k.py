@@ -1,4 +1,4 @@
-"""GSM8K as the ReFusion fork's ``gsm8k_cot`` ran it at zero shot (tasks.md §4)."""
+"""GSM8K as the ReFusion fork's ``gsm8k_cot`` ran it at zero shot (docs/tasks.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MATH as the ReFusion fork's ``minerva_math`` group ran it at zero shot (tasks.md §5).
+"""MATH as the ReFusion fork's ``minerva_math`` group ran it at zero shot (docs/tasks.md).
 
 Two metrics, as the fork reports them:
 

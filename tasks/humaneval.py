@@ -1,4 +1,4 @@
-"""HumanEval as the ReFusion fork's ``humaneval_instruct_noprefix`` ran it (tasks.md §7).
+"""HumanEval as the ReFusion fork's ``humaneval_instruct_noprefix`` ran it (docs/tasks.md).
 
 The model continues an assistant turn that opens a python fence. Its code (up to the closing fence) is appended to
 the problem's prompt, sanitized down to what the entry point needs, and run with the problem's tests; pass@1 with

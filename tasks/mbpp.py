@@ -1,4 +1,4 @@
-"""MBPP as the ReFusion fork's ``mbpp`` ran it at zero shot (tasks.md §8).
+"""MBPP as the ReFusion fork's ``mbpp`` ran it at zero shot (docs/tasks.md).
 
 The answer (its first python block, if any) is the whole program: no prompt is prepended. It passes when it runs
 with the item's three asserts appended. The test split is task_id 11-510 of the full set.

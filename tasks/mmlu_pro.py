@@ -1,4 +1,4 @@
-"""MMLU-Pro as the ReFusion fork's ``mmlu_pro`` group ran it at zero shot (tasks.md §2).
+"""MMLU-Pro as the ReFusion fork's ``mmlu_pro`` group ran it at zero shot (docs/tasks.md).
 
 One task over the whole test split; each item's ``category`` is its group, so the harness reports the 14 subjects
 and their size-weighted mean, which is lm-eval's group score.

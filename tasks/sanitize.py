@@ -1,4 +1,4 @@
-"""The ReFusion fork's code sanitizer for HumanEval (tasks.md §7), reimplemented to give the fork's program.
+"""The ReFusion fork's code sanitizer for HumanEval (docs/tasks.md), reimplemented to give the fork's program.
 
 The fork's ``sanitize_utils.sanitize`` is a simplified ast port of evalplus's tree-sitter sanitizer, and the paper's
 HumanEval numbers are scored through it, so its quirks are reproduced rather than fixed (issue 19):

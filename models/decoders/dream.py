@@ -1,6 +1,6 @@
 """Dream's sampler (``diffusion_generate``): every step runs the whole sequence and commits a scheduled share of masks.
 
-Follows Dream's ``generation_utils._sample`` (decoders.md §3): logits are shifted right by one over the whole
+Follows Dream's ``generation_utils._sample`` (docs/decoders.md §3): logits are shifted right by one over the whole
 sequence (the token at i is scored by the output at i-1, position 0 by its own), the number committed per step is
 floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` unmasks each mask independently.
 """

@@ -1,7 +1,7 @@
 """Fast-dLLM (v1) core shared by its LLaDA and Dream samplers: how a denoising step calls the network in each cache
 mode, and which masks a step commits (a fixed count, or a confidence threshold).
 
-Cache modes (decoders.md §4.1), per block [start, end) of the canvas x:
+Cache modes (docs/decoders.md §4), per block [start, end) of the canvas x:
 - ``none``: every step runs the whole canvas.
 - ``prefix``: the block's first step runs the whole canvas and keeps the K/V of x[:, :start]; later steps feed
   x[:, start:] (this block and every later one) against that prefix, which goes stale as the block fills in.

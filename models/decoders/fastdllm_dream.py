@@ -1,4 +1,4 @@
-"""Fast-dLLM (v1) sampler for Dream (decoders.md §4.2): Dream's shifted logits (position i scored by the output at
+"""Fast-dLLM (v1) sampler for Dream (docs/decoders.md §4): Dream's shifted logits (position i scored by the output at
 i-1) with confidence-threshold parallel decoding and the block-wise prefix / dual KV cache.
 
 What runs, by ``cache`` and ``threshold``:

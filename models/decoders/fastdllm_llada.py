@@ -1,5 +1,5 @@
 """Fast-dLLM (v1) sampler for LLaDA: semi-autoregressive blocks, each filled `while masks remain`, with an optional
-confidence threshold (parallel decoding) and an optional prefix or dual KV cache (decoders.md §4.1).
+confidence threshold (parallel decoding) and an optional prefix or dual KV cache (docs/decoders.md §4).
 
 Per block, step 0 is a full forward (in cached modes it also refreshes the cache); later steps go through
 ``fastdllm.window_forward``. Each step proposes x0 = argmax(gumbel(logits, T)) for the block's masks, scores it by

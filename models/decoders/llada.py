@@ -1,7 +1,7 @@
 """LLaDA's sampler: semi-autoregressive blocks of masked diffusion with low-confidence or random remasking.
 
-Follows ML-GSAI/LLaDA ``generate.py`` (decoders.md §2): the full sequence is run every step with no cache, the token
-at position i is scored by the logits at i (no shift), and each block commits a fixed number of tokens per step.
+Follows ML-GSAI/LLaDA ``generate.py`` (docs/decoders.md §2): the full sequence is run every step with no cache, the
+token at position i is scored by the logits at i (no shift), and each block commits a fixed number of tokens per step.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _suppress(logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
 def _proposals_and_confidence(
     logits: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proposed tokens x0 and their confidences, with the EOS options of decoders.md §2.4.
+    """Proposed tokens x0 and their confidences, with the EOS options of docs/decoders.md §2.
 
     ``confidence_eos_eot_inf`` reproduces the reference line
     ``logits_with_noise[:, :, eos] = logits[:, :, eot] = -inf`` run after x0 is drawn. At T = 0 the noised tensor

@@ -20,7 +20,7 @@ The algorithm is written per row as a generator of forward requests (``refusion_
 a batch into one forward per round); the cache is the native network's preallocated buffer or, for any other
 causal LM, a transformers cache (``refusion_cache``).
 
-Two reference defects are fixed (spec decoders.md 1.6a/1.6h): after an end-of-sequence in path C the slots to drop
+Two reference defects are fixed (docs/decoders.md §1.4): after an end-of-sequence in path C the slots to drop
 are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
 order. Without an end-of-sequence the tokens and forward count equal the reference's.
 """

@@ -1,7 +1,7 @@
 """Pieces shared by the native LLaDA and Dream networks: RMSNorm, rotate-half RoPE, SwiGLU, SDPA attention with an
 optional KV cache, and the per-forward bookkeeping (key length, query positions, padding mask).
 
-Both networks follow networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
+Both networks follow docs/networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """weight * (x / sqrt(mean(x^2) + eps)); statistics in fp32, cast back before the weight (networks.md §1.3)."""
+    """weight * (x / sqrt(mean(x^2) + eps)); statistics in fp32, cast back before the weight (docs/networks.md §1)."""
     r = x.float()
     r = r * torch.rsqrt(r.pow(2).mean(-1, keepdim=True) + eps)
     return weight * r.to(x.dtype)
@@ -183,7 +183,7 @@ def plan_forward(
     ``attention_mask`` ([B, K], 1 = real, 0 = pad) covers every key the call attends to: the L new tokens without a
     cache, cached + new positions in prefix mode, the cached positions in replace mode. Query i sits at key column
     c_i (L - K ... K - 1, or s ... e - 1 when replacing). Default positions are c_i, or, when
-    ``padding_aware_positions``, cumsum(mask) - 1 at c_i with pads set to 1 (Dream's tok_idx, decoders.md §3.2).
+    ``padding_aware_positions``, cumsum(mask) - 1 at c_i with pads set to 1 (Dream's tok_idx, docs/decoders.md §3).
     """
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be [B, L], got shape {list(input_ids.shape)}")

@@ -1,4 +1,4 @@
-"""Native torch Dream-v0-7B network (networks.md §2): Qwen2.5 layout with bidirectional attention, loaded by the
+"""Native torch Dream-v0-7B network (docs/networks.md §2): Qwen2.5 layout with bidirectional attention, loaded by the
 released parameter names.
 
 Forward returns the logits tensor [B, L, vocab_size] in the parameter dtype, **unshifted**: the sampler applies
@@ -110,7 +110,7 @@ def tiny_dream_config(vocab_size: int) -> DreamNetworkConfig:
 
 
 class DreamAttention(nn.Module):
-    """q/k/v with bias, o_proj without; RoPE in the model dtype (networks.md §2.3.1)."""
+    """q/k/v with bias, o_proj without; RoPE in the model dtype (docs/networks.md §2)."""
 
     def __init__(self, cfg: DreamNetworkConfig) -> None:
         super().__init__()

@@ -1,4 +1,4 @@
-"""Native torch LLaDA-8B network (networks.md §1): loads the released safetensors by their stored names and
+"""Native torch LLaDA-8B network (docs/networks.md §1): loads the released safetensors by their stored names and
 reproduces the reference forward with the L-new attention-mask semantics (pad keys masked for every query).
 
 Forward returns the logits tensor [B, L, embedding_size] in the parameter dtype, unshifted (position i scores

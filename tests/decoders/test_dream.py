@@ -1,4 +1,4 @@
-"""Dream sampler invariants (decoders.md §3.6) on scripted and tiny networks."""
+"""Dream sampler invariants (docs/decoders.md §3) on scripted and tiny networks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fast-dLLM (v1) invariants (decoders.md §4.5) on the native tiny LLaDA and Dream networks (fp32, CPU) and on
+"""Fast-dLLM (v1) invariants (docs/decoders.md §4) on the native tiny LLaDA and Dream networks (fp32, CPU) and on
 scripted networks with known confidences."""
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def test_bad_dream_configs_raise_one_line_errors(changes, message):
 
 
 def test_paper_modes_follow_the_evaluation_table():
-    """decoders.md §4.3: steps = gen without a threshold, gen / 32 with one; block 32 everywhere."""
+    """docs/decoders.md §4: steps = gen without a threshold, gen / 32 with one; block 32 everywhere."""
     table = {"baseline": ("none", None, 256), "prefix": ("prefix", None, 256), "dual": ("dual", None, 256),
              "parallel": ("none", 0.9, 8), "prefix+parallel": ("prefix", 0.9, 8), "dual+parallel": ("dual", 0.9, 8)}
     assert set(MODES) == set(table)

@@ -1,4 +1,4 @@
-"""LLaDA sampler invariants (decoders.md §2.5) on scripted and tiny networks."""
+"""LLaDA sampler invariants (docs/decoders.md §2) on scripted and tiny networks."""
 
 from __future__ import annotations
 

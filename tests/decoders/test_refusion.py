@@ -1,4 +1,4 @@
-"""ReFusion decoder: the invariants of spec decoders.md 1.7, the two fixed defects (1.6a, 1.6h), validation.
+"""ReFusion decoder: the invariants of docs/decoders.md §1, the two fixed defects (1.6a, 1.6h), validation.
 
 Independent computations used as references:
   * full forwards without a cache, over the reordered buffer with its own position ids, and a 4D mask that says

@@ -1,4 +1,4 @@
-"""Native Dream network against networks.md §2: stored names/shapes, a naive float64 re-derivation of the forward
+"""Native Dream network against docs/networks.md §2: stored names/shapes, a naive float64 re-derivation of the forward
 written here from the spec formulas, padding with tok_idx positions, position_ids, KV cache, loading and its errors."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from models.networks.loading import CheckpointError, build_network, load_network
 
 V = 80
 
-# config.json of Dream-v0-Instruct-7B as listed in networks.md §2.1
+# config.json of Dream-v0-Instruct-7B as listed in docs/networks.md §2
 REAL_CONFIG = {
     "architectures": ["DreamModel"], "attention_dropout": 0.0,
     "auto_map": {"AutoConfig": "configuration_dream.DreamConfig", "AutoModel": "modeling_dream.DreamModel"},
@@ -31,7 +31,7 @@ REAL_CONFIG = {
 }
 
 
-# ---- independent float64 reference, written from networks.md §2.3 --------------------------------------------------
+# ---- independent float64 reference, written from docs/networks.md §2 ---------------------------------------------
 
 
 def ref_rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -78,7 +78,7 @@ def ref_forward(sd: dict, cfg: DreamNetworkConfig, ids: torch.Tensor, key_mask: 
 
 
 def spec_table() -> dict[str, list[int]]:
-    """networks.md §2.2, written out."""
+    """docs/networks.md §2, written out."""
     d, f, v, kv = 3584, 18944, 152064, 512
     t = {"model.embed_tokens.weight": [v, d], "model.norm.weight": [d], "lm_head.weight": [v, d]}
     for i in range(28):
@@ -93,7 +93,7 @@ def spec_table() -> dict[str, list[int]]:
 
 
 def tok_idx(mask: torch.Tensor) -> torch.Tensor:
-    """Dream's sampler positions (decoders.md §3.2), written out: count of real tokens before, pads at 1."""
+    """Dream's sampler positions (docs/decoders.md §3), written out: count of real tokens before, pads at 1."""
     out = torch.ones_like(mask)
     for b in range(mask.shape[0]):
         n = 0

@@ -1,4 +1,4 @@
-"""Native LLaDA network against networks.md §1: stored names/shapes, a naive float64 re-derivation of the forward
+"""Native LLaDA network against docs/networks.md §1: stored names/shapes, a naive float64 re-derivation of the forward
 written here from the spec formulas, padding, KV cache, loading and its errors."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from models.networks.loading import CheckpointError, build_network, load_network
 
 V = 96
 
-# config.json of LLaDA-8B-Instruct as listed in networks.md §1.1 (with its unused fields)
+# config.json of LLaDA-8B-Instruct as listed in docs/networks.md §1 (with its unused fields)
 REAL_CONFIG = {
     "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
     "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
@@ -34,7 +34,7 @@ REAL_CONFIG = {
 }
 
 
-# ---- independent float64 reference, written from networks.md §1.3 --------------------------------------------------
+# ---- independent float64 reference, written from docs/networks.md §1 ---------------------------------------------
 
 
 def ref_rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -81,7 +81,7 @@ def ref_forward(sd: dict, cfg: LLaDANetworkConfig, ids: torch.Tensor, key_mask: 
 
 
 def spec_table() -> dict[str, list[int]]:
-    """networks.md §1.2, written out."""
+    """docs/networks.md §1, written out."""
     d, f, v = 4096, 12288, 126464
     t = {"model.transformer.wte.weight": [v, d], "model.transformer.ln_f.weight": [d],
          "model.transformer.ff_out.weight": [v, d]}
