@@ -6,7 +6,9 @@ Both networks follow docs/networks.md; where their numerics differ (RoPE precisi
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -266,3 +268,23 @@ def sdpa_mask(
     if allowed is not None:
         out = torch.where(allowed, out, torch.tensor(neg, dtype=dtype, device=device))
     return out.clamp_min(neg)
+
+
+def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
+    """A network config dataclass from a checkpoint's config.json: known fields by name, the rest kept in ``extra``;
+    a transformers-5 ``rope_parameters`` dict is accepted in place of ``rope_theta``/``rope_scaling``."""
+    names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+    known = {k: v for k, v in d.items() if k in names}
+    extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
+    rope_parameters = d.get("rope_parameters")
+    if isinstance(rope_parameters, dict):
+        known.setdefault("rope_theta", rope_parameters.get("rope_theta", cls.rope_theta))
+        if rope_parameters.get("rope_type", "default") != "default":
+            known.setdefault("rope_scaling", rope_parameters)
+    return cls(**known, extra=extra)
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """The inverse of ``config_from_dict``: the unknown fields first, the known ones over them."""
+    out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "extra"}
+    return {**config.extra, **out}

@@ -8,7 +8,6 @@ Dream's tok_idx (cumsum(mask) - 1, pads at 1), so a padded row equals the unpadd
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +16,8 @@ from torch import Tensor, nn
 
 from models.networks.common import (
     KVCache,
+    config_from_dict,
+    config_to_dict,
     RMSNorm,
     apply_rope,
     attend,
@@ -84,20 +85,10 @@ class DreamNetworkConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "DreamNetworkConfig":
-        """Also accepts a transformers-5 style ``rope_parameters`` dict in place of ``rope_theta``/``rope_scaling``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
-        rope_parameters = d.get("rope_parameters")
-        if isinstance(rope_parameters, dict):
-            known.setdefault("rope_theta", rope_parameters.get("rope_theta", cls.rope_theta))
-            if rope_parameters.get("rope_type", "default") != "default":
-                known.setdefault("rope_scaling", rope_parameters)
-        return cls(**known, extra=extra)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**self.extra, **out}
+        return config_to_dict(self)
 
 
 def tiny_dream_config(vocab_size: int) -> DreamNetworkConfig:

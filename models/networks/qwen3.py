@@ -11,7 +11,6 @@ attention mask is a 4-D [B|1, 1, L, K] bool (True = may attend) or additive floa
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import RMSNorm, apply_rope, merge_heads, rope_angles, rope_inv_freq, split_heads, swiglu
+from models.networks.common import (RMSNorm, apply_rope, config_from_dict, config_to_dict, merge_heads, rope_angles,
+                                     rope_inv_freq, split_heads, swiglu)
 from models.networks.kv_buffer import KVBuffer, Reservation
 
 
@@ -69,20 +69,10 @@ class Qwen3NetworkConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Qwen3NetworkConfig":
-        """Also accepts transformers-5 ``rope_parameters`` in place of ``rope_theta``/``rope_scaling``."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
-        rope_parameters = d.get("rope_parameters")
-        if isinstance(rope_parameters, dict):
-            known.setdefault("rope_theta", rope_parameters.get("rope_theta", cls.rope_theta))
-            if rope_parameters.get("rope_type", "default") != "default":
-                known.setdefault("rope_scaling", rope_parameters)
-        return cls(**known, extra=extra)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**self.extra, **out}
+        return config_to_dict(self)
 
 
 class Qwen3Attention(nn.Module):
