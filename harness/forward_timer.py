@@ -59,7 +59,10 @@ class ForwardTimer:
         return sum(start.elapsed_time(end) for start, end in self._events if end is not None) / 1000.0
 
 
-def timed_network(adapter: Any) -> torch.nn.Module | None:
-    """The adapter's network when it runs one in this process (an engine-served model has none)."""
-    network = getattr(adapter, "network", None) if hasattr(type(adapter), "network") else None
+def timed_network(adapter: Any, config: Any) -> torch.nn.Module | None:
+    """The network ``config`` decodes on, when the adapter runs one in this process (an engine-served model has
+    none); an adapter with runtime options (ReFusion's native or transformers network) picks it by them."""
+    if not hasattr(type(adapter), "network"):
+        return None
+    network = adapter.network_for(config.runtime)
     return network if isinstance(network, torch.nn.Module) else None

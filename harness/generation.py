@@ -105,7 +105,7 @@ def generate_timed(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
     """Rendered prompts, generations, the wall seconds of the decoder call alone (tokenisation excluded) and the
     seconds of it spent inside network forwards (None when the network runs elsewhere, e.g. in an engine)."""
     batch = adapter.prepare(requests, config)
-    network = timed_network(adapter)  # loads the weights, outside the timed call
+    network = timed_network(adapter, batch.config)  # loads the weights, outside the timed call
     if network is None:
         results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
         return batch.prompts, adapter.finish(batch, results), seconds, None

@@ -18,7 +18,7 @@ REQUESTS = [GenerationRequest(messages=(Message("user", q),), canvas_tokens=16)
 def test_hook_calls_equal_the_decoders_forward_count(name, options):
     adapter = load_adapter(spec_for(name), CPU, torch.float32)
     config = adapter.make_config(options)
-    network = timed_network(adapter)
+    network = timed_network(adapter, config)
     assert network is not None
     with ForwardTimer(network, CPU) as timer:
         generations = adapter.generate(REQUESTS, config)
