@@ -1,8 +1,10 @@
-"""Shared loading for the diffusion networks implemented in ``models/networks`` (LLaDA, Dream)."""
+"""Shared loading for the networks implemented in ``models/networks`` (LLaDA, Dream, and ReFusion's Qwen3)."""
 
 from __future__ import annotations
 
 from functools import cached_property
+
+import torch
 
 from models.adapters.resident import ResidentWeights
 from models.base import ModelAdapter
@@ -24,6 +26,14 @@ def load_tokenizer(source: ModelSource):
         raise hub_error(source.ref, error) from None
 
 
+def load_native_network(source: ModelSource, kind: str, dtype: torch.dtype, device: torch.device):
+    """A network of ``models/networks`` from a checkpoint; a checkpoint that does not match is one line."""
+    try:
+        return load_network(source.path, kind, dtype=dtype, device=device, revision=source.revision)
+    except CheckpointError as error:
+        raise ConfigError(str(error)) from None
+
+
 class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
     """An adapter whose network is one of ``models/networks`` (``network_kind``); weights load on first decode."""
 
@@ -40,8 +50,4 @@ class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
 
     @cached_property
     def network(self):
-        try:
-            return load_network(self.source.path, self.network_kind, dtype=self.dtype, device=self.device,
-                                revision=self.source.revision)
-        except CheckpointError as error:
-            raise ConfigError(str(error)) from None
+        return load_native_network(self.source, self.network_kind, self.dtype, self.device)

@@ -10,11 +10,10 @@ from typing import Any, Literal
 import torch
 
 from models.adapters.causal import CausalLMAdapter
-from models.adapters.native import load_tokenizer
+from models.adapters.native import load_native_network, load_tokenizer
 from models.base import ModelConfig, RuntimeOptions, TemplateOptions
 from models.decoders.contract import ConfigError
 from models.decoders.refusion import REFUSION
-from models.networks.loading import CheckpointError, load_network
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,7 @@ class RefusionAdapter(CausalLMAdapter):
 
     @cached_property
     def native_network(self):
-        try:
-            return load_network(self.source.path, "qwen3", dtype=self.dtype, device=self.device,
-                                revision=self.source.revision)
-        except CheckpointError as error:
-            raise ConfigError(str(error)) from None
+        return load_native_network(self.source, "qwen3", self.dtype, self.device)
 
     @cached_property
     def compiled_network(self):

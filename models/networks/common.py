@@ -72,6 +72,19 @@ def swiglu(x: Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear) -> Tensor
 # ---- KV cache ---------------------------------------------------------------------------------------------------
 
 
+
+class GatedMLP(nn.Module):
+    """The Qwen-family MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases): down(SiLU(gate(x)) * up(x))."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
+
 @dataclass
 class KVCache:
     """Per-layer keys and values, each [B, n_kv_heads, T, head_dim].

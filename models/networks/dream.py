@@ -15,12 +15,13 @@ import torch
 from torch import Tensor, nn
 
 from models.networks.common import (
+    GatedMLP,
     KVCache,
-    config_from_dict,
-    config_to_dict,
     RMSNorm,
     apply_rope,
     attend,
+    config_from_dict,
+    config_to_dict,
     merge_heads,
     merge_kv,
     plan_forward,
@@ -28,7 +29,6 @@ from models.networks.common import (
     rope_inv_freq,
     sdpa_mask,
     split_heads,
-    swiglu,
 )
 
 
@@ -124,24 +124,13 @@ class DreamAttention(nn.Module):
         return self.o_proj(merge_heads(attend(q, k, v, mask)))
 
 
-class DreamMLP(nn.Module):
-    def __init__(self, cfg: DreamNetworkConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
-
-
 class DreamLayer(nn.Module):
     def __init__(self, cfg: DreamNetworkConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = DreamAttention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = DreamMLP(cfg)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | None,
                 layer: int, plan: Any) -> Tensor:

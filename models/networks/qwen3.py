@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (RMSNorm, apply_rope, config_from_dict, config_to_dict, merge_heads, rope_angles,
-                                     rope_inv_freq, split_heads, swiglu)
+from models.networks.common import (GatedMLP, RMSNorm, apply_rope, config_from_dict, config_to_dict, merge_heads,
+                                     rope_angles, rope_inv_freq, split_heads)
 from models.networks.kv_buffer import KVBuffer, Reservation
 
 
@@ -103,24 +103,13 @@ class Qwen3Attention(nn.Module):
         return self.o_proj(merge_heads(out))
 
 
-class Qwen3MLP(nn.Module):
-    def __init__(self, cfg: Qwen3NetworkConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
-
-
 class Qwen3Layer(nn.Module):
     def __init__(self, cfg: Qwen3NetworkConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Qwen3Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = Qwen3MLP(cfg)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
                 layer: int, plan: Reservation | None) -> Tensor:
