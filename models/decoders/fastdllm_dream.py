@@ -53,7 +53,7 @@ from models.decoders.fastdllm import (
     shifted_rows,
     window_forward,
 )
-from models.decoders.sampling import check_inputs, dream_timesteps, dream_transfer_count, make_generator
+from models.decoders.sampling import Draws, check_inputs, dream_timesteps, dream_transfer_count
 from models.networks.common import KVCache
 
 
@@ -116,8 +116,7 @@ def validate_fast_dream_config(cfg: FastDreamConfig) -> None:
 
 
 def _threshold_no_cache(
-    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig,
-    generator: torch.Generator,
+    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
 ) -> tuple[torch.Tensor, int]:
     """Fast-dLLM's ``confidence_threshold`` over the whole canvas, with the carry written in closed form.
 
@@ -125,25 +124,32 @@ def _threshold_no_cache(
     last nominal step n becomes 0 and the steps are extended. Since the masks left before step i are
     R = (steps - i) n + c, the candidate count is R - max(steps - i - 1, 0) n, which this computes per row.
     """
-    sampling = cfg.dream
     nominal = cfg.dream.max_new_tokens // cfg.dream.steps
     nfe = 0
     for step in range(cfg.dream.max_new_tokens + cfg.dream.steps):  # each step commits >= 1; the bound only stops a network
-        candidates = x[:, prompt_len:] == cfg.dream.mask_id  # that keeps proposing the mask id itself
-        if not bool(candidates.any()):
+        if not bool((x[:, prompt_len:] == cfg.dream.mask_id).any()):  # that keeps proposing the mask id itself
             break
         logits = full_forward(network, x, padding, None)
         nfe += 1
+        reserved = max(cfg.dream.steps - step - 1, 0) * nominal
         scores = shifted_rows(logits, prompt_len, x.shape[1])
-        conf, tokens = dream_sample_tokens(scores[candidates], sampling, "max_prob", generator)
-        full_conf = torch.full(candidates.shape, float("-inf"), dtype=conf.dtype, device=x.device)
-        full_conf[candidates] = conf
-        proposals = torch.full_like(x[:, prompt_len:], cfg.dream.mask_id)
-        proposals[candidates] = tokens
-        quota = candidates.sum(dim=1) - max(cfg.dream.steps - step - 1, 0) * nominal
-        chosen = select_transfer(full_conf, candidates, quota, cfg.threshold)
-        x[:, prompt_len:] = torch.where(chosen, proposals, x[:, prompt_len:])
+        x[:, prompt_len:] = draws.by_row(_carry_commit, (x[:, prompt_len:], scores), reserved, cfg)
     return x, nfe
+
+
+def _carry_commit(
+    canvas: torch.Tensor, scores: torch.Tensor, reserved: int, cfg: FastDreamConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """One step of the no-cache threshold path: up to (masks left - ``reserved``) candidates, top-1 always, the
+    rest only at conf >= threshold."""
+    candidates = canvas == cfg.dream.mask_id
+    conf, tokens = dream_sample_tokens(scores[candidates], cfg.dream, "max_prob", generator)
+    full_conf = torch.full(candidates.shape, float("-inf"), dtype=conf.dtype, device=canvas.device)
+    full_conf[candidates] = conf
+    proposals = torch.full_like(canvas, cfg.dream.mask_id)
+    proposals[candidates] = tokens
+    chosen = select_transfer(full_conf, candidates, candidates.sum(dim=1) - reserved, cfg.threshold)
+    return torch.where(chosen, proposals, canvas)
 
 
 # ---- cached blocks ------------------------------------------------------------------------------------------------
@@ -188,16 +194,19 @@ def _threshold_commit(
     return torch.where(select_transfer(full_conf, candidates, None, cfg.threshold), proposals, block)
 
 
+def _forced_first(scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator) -> torch.Tensor:
+    """The block's first token, committed unconditionally from the full forward (Dream's ``sample_tokens``)."""
+    return dream_sample_tokens(scores[:, 0], cfg.dream, "max_prob", generator)[1].unsqueeze(1)
+
+
 def _cached_blocks(
-    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig,
-    generator: torch.Generator,
+    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
 ) -> tuple[torch.Tensor, int]:
     """``generation_utils_block._sample``: per block a full forward (cache refresh + forced first token), then
     window forwards until the block has no masks."""
     num_blocks = cfg.dream.max_new_tokens // cfg.block_length
     steps_per_block = cfg.dream.steps // num_blocks
     timesteps = dream_timesteps(steps_per_block, cfg.dream.eps, x.device)
-    sampling = cfg.dream
     nfe = 0
     for block_index in range(num_blocks):
         start = prompt_len + block_index * cfg.block_length
@@ -205,8 +214,7 @@ def _cached_blocks(
         cache = KVCache()
         logits = full_forward(network, x, padding, cache)
         nfe += 1
-        _, first = dream_sample_tokens(shifted_rows(logits, start, start + 1)[:, 0], sampling, "max_prob", generator)
-        x[:, start] = first
+        x[:, start:start + 1] = draws.by_row(_forced_first, (shifted_rows(logits, start, start + 1),), cfg)
         if cfg.cache == "prefix":
             cache.truncate(start)
         for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
@@ -216,11 +224,10 @@ def _cached_blocks(
             nfe += 1
             block_scores = shifted_rows(logits, start, end, offset)
             if cfg.threshold is None:
-                x[:, start:end] = _entropy_commit(
-                    x[:, start:end], block_scores, step, steps_per_block, timesteps, cfg, generator
-                )
+                x[:, start:end] = draws.by_row(_entropy_commit, (x[:, start:end], block_scores), step,
+                                               steps_per_block, timesteps, cfg)
             else:
-                x[:, start:end] = _threshold_commit(x[:, start:end], block_scores, cfg, generator)
+                x[:, start:end] = draws.by_row(_threshold_commit, (x[:, start:end], block_scores), cfg)
     return x, nfe
 
 
@@ -234,23 +241,23 @@ def fastdllm_dream_generate(
 ) -> DecodeOutput:
     """Fill ``max_new_tokens`` masks after the (left-padded) prompts; rows are cut after the first EOS.
 
-    ``row_seeds``: Dream's own path draws per row; the threshold and cached paths use a row's seed at batch 1 and
-    still one generator for a larger batch (their draws are not yet split by row)."""
+    With ``row_seeds`` a sampling config draws each row from its own generator, so a sample decodes the same in any
+    batch; otherwise one generator seeded by ``dream.seed`` serves the batch, as in the reference."""
     require_filled(cfg, "dream-fastdllm")
     validate_fast_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
     if cfg.cache == "none" and cfg.threshold is None:
         return dream_generate(network, input_ids, attention_mask, cfg.dream, row_seeds)
     prompt_len = input_ids.shape[1]
-    one_row_seed = row_seeds[0] if row_seeds is not None and len(row_seeds) == 1 else None
-    generator = make_generator(cfg.dream.seed if one_row_seed is None else int(one_row_seed), input_ids.device)
+    samples = cfg.dream.temperature > 0 or (cfg.threshold is None and bool(cfg.dream.alg_temp))
+    draws = Draws.for_batch(cfg.dream.seed, row_seeds if samples else None, input_ids.shape[0], input_ids.device)
     x = F.pad(input_ids, (0, cfg.dream.max_new_tokens), value=cfg.dream.mask_id)
     mask, positions = padding_inputs(attention_mask, cfg.dream.max_new_tokens)
     padding = Padding(mask=mask, positions=positions)
     if cfg.cache == "none":
-        x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, generator)
+        x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, draws)
     else:
-        x, nfe = _cached_blocks(network, x, prompt_len, padding, cfg, generator)
+        x, nfe = _cached_blocks(network, x, prompt_len, padding, cfg, draws)
     return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids)
 
 

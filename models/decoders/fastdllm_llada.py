@@ -42,8 +42,7 @@ from models.decoders.fastdllm import (
     window_forward,
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.sampling import (add_gumbel_noise, check_inputs, llada_transfer_counts, make_generator,
-                                      row_generators)
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
 from models.networks.common import KVCache
 
 
@@ -109,15 +108,16 @@ def fastdllm_llada_generate(
     row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
     """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT.
-    With ``row_seeds`` each row draws from its own generator (blocks lie past the padding, so no offset)."""
+    With ``row_seeds`` a sampling config draws each row from its own generator (blocks lie past the padding, so no
+    offset); a greedy one decodes the batch at once."""
     require_filled(cfg, "llada-fastdllm")
     validate_fast_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
     plain = cfg.llada
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generators = row_generators(row_seeds, batch, device)
-    generator = make_generator(plain.seed, device) if generators is None else None
+    samples = plain.temperature > 0 or plain.remasking == "random"
+    draws = Draws.for_batch(plain.seed, row_seeds if samples else None, batch, device)
 
     x = torch.full((batch, prompt_len + plain.gen_length), plain.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
@@ -142,12 +142,7 @@ def fastdllm_llada_generate(
             nfe += 1
             counts = schedule[:, step] if step < steps_per_block else torch.zeros_like(schedule[:, 0])
             block_logits, counts = logits[:, start - offset : end - offset], counts.clamp_min(1)
-            if generators is None:
-                x[:, start:end] = llada_step(block_logits, x[:, start:end], counts, cfg, generator)
-            else:
-                for row, g in enumerate(generators):
-                    rows = slice(row, row + 1)
-                    x[rows, start:end] = llada_step(block_logits[rows], x[rows, start:end], counts[rows], cfg, g)
+            x[:, start:end] = draws.by_row(llada_step, (block_logits, x[:, start:end], counts), cfg)
     return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
 
 

@@ -7,7 +7,8 @@ decoders stay reproducible and each piece can be tested against a hand computati
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +59,29 @@ def row_generators(row_seeds: Sequence[int] | None, batch: int,
     if len(row_seeds) != batch:
         raise ValueError(f"row_seeds has {len(row_seeds)} seeds for a batch of {batch}")
     return [make_generator(int(seed), device) for seed in row_seeds]
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Where a decode step's random numbers come from: one generator for the whole batch (the references' way),
+    or one per row, in which case the step runs row by row so each row draws exactly what it would draw alone."""
+
+    shared: torch.Generator | None
+    rows: tuple[torch.Generator, ...] | None
+
+    @classmethod
+    def for_batch(cls, seed: int | None, row_seeds: Sequence[int] | None, batch: int,
+                  device: torch.device | str) -> "Draws":
+        rows = row_generators(row_seeds, batch, device)
+        return cls(None, tuple(rows)) if rows is not None else cls(make_generator(seed, device), None)
+
+    def by_row(self, step: Callable[..., torch.Tensor], batched: tuple[torch.Tensor, ...], *args: Any) -> torch.Tensor:
+        """``step(*batched, *args, generator)`` on the whole batch, or on each row's slice of ``batched`` with its
+        own generator, the rows' results stacked back in order."""
+        if self.rows is None:
+            return step(*batched, *args, self.shared)
+        return torch.cat([step(*(t[row:row + 1] for t in batched), *args, generator)
+                          for row, generator in enumerate(self.rows)])
 
 
 def row_starts(attention_mask: torch.Tensor | None, batch: int) -> list[int]:

@@ -10,8 +10,13 @@ import torch
 from diffusion_stubs import TinyBidirectionalNet, commits_per_call
 from models.base import GenerationRequest, Message
 from models.decoders.dream import DreamConfig, dream_generate
+from models.decoders.fastdllm_dream import FastDreamConfig, fastdllm_dream_generate
+from models.decoders.fastdllm_llada import FastLLaDAConfig, fastdllm_llada_generate
 from models.decoders.llada import LLaDAConfig, llada_generate
 from models.decoders.sampling import row_seed
+from models.networks.dream import tiny_dream_config
+from models.networks.llada import tiny_llada_config
+from models.networks.loading import build_network
 from models.registry import load_adapter, spec_for
 
 V, MASK, EOS, EOT = 16, 15, 14, 13
@@ -86,6 +91,47 @@ def test_dream_one_row_seed_is_the_plain_seed_path():
         assert torch.equal(dream_generate(net, prompt, None, config, row_seeds=(7,)).tokens, plain)
 
 
+SAMPLED_DREAM = DreamConfig(max_new_tokens=16, steps=4, temperature=0.8, alg="entropy", mask_id=MASK, eos_ids=(EOS,))
+FAST_DREAMS = {  # every Fast-dLLM Dream path that draws: no cache + threshold, both caches, the entropy draw
+    "none-threshold": FastDreamConfig(SAMPLED_DREAM, block_length=8, threshold=0.3, cache="none"),
+    "prefix-threshold": FastDreamConfig(SAMPLED_DREAM, block_length=8, threshold=0.3, cache="prefix"),
+    "dual-threshold": FastDreamConfig(SAMPLED_DREAM, block_length=8, threshold=0.3, cache="dual"),
+    "dual-entropy-alg-temp": FastDreamConfig(dataclasses.replace(SAMPLED_DREAM, steps=8, alg_temp=0.5),
+                                             block_length=8, threshold=None, cache="dual"),
+}
+FAST_LLADAS = {
+    "dual-threshold": FastLLaDAConfig(dataclasses.replace(LLADA, gen_length=16, steps=16, temperature=0.8,
+                                                          remasking="low_confidence"), threshold=0.3, cache="dual"),
+    "prefix-random": FastLLaDAConfig(dataclasses.replace(LLADA, gen_length=16, steps=16), threshold=None,
+                                     cache="prefix"),
+}
+
+
+def fast_decode(config, prompt_ids, mask, seeds):
+    """A Fast-dLLM decode on a tiny native network (its cache is real), the mask id never proposed."""
+    if isinstance(config, FastDreamConfig):
+        net, generate = build_network(tiny_dream_config(V), seed=0), fastdllm_dream_generate
+    else:
+        net, generate = build_network(tiny_llada_config(V), seed=0), fastdllm_llada_generate
+
+    def no_mask(ids, **kwargs):
+        logits = net(ids, **kwargs).clone()
+        logits[..., MASK] = -1e4
+        return logits
+
+    return generate(no_mask, prompt_ids, mask, config, row_seeds=seeds).tokens
+
+
+@pytest.mark.parametrize("config", [*FAST_DREAMS.values(), *FAST_LLADAS.values()],
+                         ids=[f"dream-{k}" for k in FAST_DREAMS] + [f"llada-{k}" for k in FAST_LLADAS])
+def test_fastdllm_row_alone_equals_row_in_a_batch(config):
+    together = fast_decode(config, BATCH, MASK_2D, SEEDS)
+    alone = [fast_decode(config, torch.tensor([p]), None, (s,))[0] for p, s in zip((SHORT, LONG), SEEDS)]
+    assert torch.equal(together, torch.stack(alone))
+    swapped = fast_decode(config, BATCH, MASK_2D, SEEDS[::-1])
+    assert not torch.equal(swapped, together)  # the stream, not the batch position, decides
+
+
 def chat(question: str, canvas: int = 16) -> GenerationRequest:
     return GenerationRequest(messages=(Message("user", question),), canvas_tokens=canvas)
 
@@ -94,6 +140,8 @@ def chat(question: str, canvas: int = 16) -> GenerationRequest:
     ("tiny-llada", {"steps": 16, "temperature": 1.0, "remasking": "random", "seed": 7}),
     ("tiny-dream", {"steps": 8, "temperature": 1.0, "alg": "origin", "seed": 7}),
     ("tiny-qwen3", {"do_sample": True, "temperature": 1.0, "seed": 7}),
+    ("tiny-dream-fastdllm", {"temperature": 1.0, "threshold": 0.3, "block_length": 8, "seed": 7}),
+    ("tiny-llada-fastdllm", {"temperature": 1.0, "threshold": 0.3, "block_length": 8, "seed": 7}),
 ])
 def test_adapter_sample_is_the_same_alone_and_in_a_batch(name, options):
     adapter = load_adapter(spec_for(name), torch.device("cpu"), torch.float32)

@@ -8,7 +8,9 @@ minute); tests that need a private server start it themselves.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -28,15 +30,28 @@ def engine_python() -> str:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
-def engine(engine_python, tmp_path_factory):
-    """A launched tiny-qwen3-vllm adapter (fp32, greedy) whose server every engine test shares."""
+@contextmanager
+def served(name: str, engine_python: str, folder: Path) -> Iterator:
+    """The adapter of engine model ``name`` (fp32, greedy) with its server launched through the adapter's own
+    launcher; the server is gone when the block ends."""
     from models.registry import load_adapter, spec_for
 
-    adapter = load_adapter(spec_for("tiny-qwen3-vllm"), torch.device("cpu"), torch.float32)
+    adapter = load_adapter(spec_for(name), torch.device("cpu"), torch.float32)
     launch = adapter.make_config({"server_python": engine_python}).decoder
-    folder = tmp_path_factory.mktemp("engine-session")
     with adapter.session(folder):
         server = adapter.server(launch)
         yield adapter
     assert server.process is not None and server.process.poll() is not None, "the session left the server running"
+
+
+@pytest.fixture(scope="session")
+def serve():
+    """``served`` for a test module that starts a server of its own."""
+    return served
+
+
+@pytest.fixture(scope="session")
+def engine(engine_python, tmp_path_factory):
+    """tiny-qwen3-vllm, whose server every engine test shares."""
+    with served("tiny-qwen3-vllm", engine_python, tmp_path_factory.mktemp("engine-session")) as adapter:
+        yield adapter

@@ -66,10 +66,10 @@ def test_code_regression_under_the_same_configuration_fails_on_drift(baseline, t
     from models.adapters.refusion import RefusionAdapter
     from models.decoders.refusion import REFUSION
 
-    def lowered(network, input_ids, attention_mask, config):
+    def lowered(network, input_ids, attention_mask, config, **seeds):
         """A "refactor" that drops the thresholds; the manifest cannot tell."""
         config = dataclasses.replace(config, token_threshold=0.0, slot_threshold=0.0)
-        return REFUSION.generate(network, input_ids, attention_mask, config)
+        return REFUSION.generate(network, input_ids, attention_mask, config, **seeds)
 
     monkeypatch.setattr(RefusionAdapter, "decoder", dataclasses.replace(REFUSION, generate=lowered))
     planted = tiny_run(tmp_path / "planted")
