@@ -118,9 +118,11 @@ def dream_sample_tokens(
     return conf, tokens
 
 
-def shift_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Right-shift over the whole sequence: row i gets the output at i-1; row 0 keeps its own."""
-    return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+def masked_logits(logits: torch.Tensor, mask_index: torch.Tensor) -> torch.Tensor:
+    """The right-shifted logits of the masked positions only, [N, V] in row-major order: position i is scored by
+    the output at i-1, position 0 by its own. Equals ``shifted[mask_index]`` without shifting the whole tensor."""
+    rows, columns = mask_index.nonzero(as_tuple=True)
+    return logits[rows, (columns - 1).clamp_min(0)]
 
 
 def padding_inputs(
@@ -142,7 +144,7 @@ _CONFIDENCE_OF_ALG = {"maskgit_plus": "max_prob", "topk_margin": "margin", "entr
 def _origin_step(
     x: torch.Tensor,
     mask_index: torch.Tensor,
-    logits: torch.Tensor,
+    logits: torch.Tensor,  # the masks' logits, [N, V]
     p_transfer: torch.Tensor | float,
     cfg: DreamConfig,
     generator: torch.Generator,
@@ -150,7 +152,7 @@ def _origin_step(
     """Each mask is unmasked independently with probability p_transfer, its value drawn by ``sample_tokens``."""
     proposals = torch.full((int(mask_index.sum()),), cfg.mask_id, dtype=torch.long, device=x.device)
     chosen = torch.rand(proposals.shape, device=x.device, generator=generator) < p_transfer
-    _, tokens = dream_sample_tokens(logits[mask_index][chosen], cfg, "max_prob", generator)
+    _, tokens = dream_sample_tokens(logits[chosen], cfg, "max_prob", generator)
     proposals[chosen] = tokens
     x = x.clone()
     x[mask_index] = proposals
@@ -160,13 +162,13 @@ def _origin_step(
 def _confidence_step(
     x: torch.Tensor,
     mask_index: torch.Tensor,
-    logits: torch.Tensor,
+    logits: torch.Tensor,  # the masks' logits, [N, V]
     count: int,
     cfg: DreamConfig,
     generator: torch.Generator,
 ) -> torch.Tensor:
     """Commit ``count`` masks per row: the most confident (alg_temp None/0) or a draw from softmax(conf/alg_temp)."""
-    conf, tokens = dream_sample_tokens(logits[mask_index], cfg, _CONFIDENCE_OF_ALG[cfg.alg], generator)
+    conf, tokens = dream_sample_tokens(logits, cfg, _CONFIDENCE_OF_ALG[cfg.alg], generator)
     if count <= 0:
         return x
     full_conf = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=x.device)
@@ -183,11 +185,14 @@ def _confidence_step(
 
 def _row_by_row(step: Callable[..., torch.Tensor], x: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
                 generators: list[torch.Generator], starts: list[int]) -> torch.Tensor:
-    """One step on each row alone, on its real positions with its own generator: the draws it would make alone."""
+    """One step on each row alone, on its real positions with its own generator: the draws it would make alone.
+    ``logits`` are the masks' logits in row-major order, so each row's are one contiguous run."""
     x = x.clone()
+    ends = mask_index.sum(dim=1).cumsum(0).tolist()
     for row, (generator, start) in enumerate(zip(generators, starts)):
         part = slice(row, row + 1), slice(start, None)
-        x[part] = step(x[part], mask_index[part], logits[part], generator=generator)
+        first = ends[row] - int(mask_index[part].sum())  # masks inside the padding are not the row's
+        x[part] = step(x[part], mask_index[part], logits[first:ends[row]], generator=generator)
     return x
 
 
@@ -215,7 +220,7 @@ def dream_generate(
     timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
     for i in range(cfg.steps):
         mask_index = x == cfg.mask_id
-        logits = shift_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)))
+        logits = masked_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)), mask_index)
         t, s = timesteps[i], timesteps[i + 1]
         last = i == cfg.steps - 1
         if cfg.alg == "origin":

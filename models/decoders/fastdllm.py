@@ -115,6 +115,9 @@ def select_transfer(
     Non-candidates are never chosen, so a row without candidates commits nothing.
     """
     conf = confidence.masked_fill(~candidates, float("-inf"))
+    if counts is None and threshold is not None:  # rank 0 is the row's first maximum: no sort needed
+        top = torch.zeros_like(candidates).scatter_(-1, conf.argmax(dim=-1, keepdim=True), True)
+        return (top | (conf >= threshold)) & candidates
     ranks = rank_desc(conf)
     if threshold is None:
         if counts is None:

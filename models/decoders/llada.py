@@ -109,40 +109,55 @@ def _suppress(logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
 
 
 def _proposals_and_confidence(
-    logits: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator
+    logits: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator, columns: slice
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Proposed tokens x0 and their confidences, with the EOS options of docs/decoders.md §2.
+    """Proposed tokens x0 and their confidences at ``columns``, with the EOS options of docs/decoders.md §2.
+
+    Only the columns that can still commit are scored (argmax and softmax are per position, so this changes no
+    value). Draws are made over every position, as in the reference, so the random stream is unchanged: at T > 0
+    the Gumbel noise covers the whole canvas, and random remasking draws one number per position.
 
     ``confidence_eos_eot_inf`` reproduces the reference line
     ``logits_with_noise[:, :, eos] = logits[:, :, eot] = -inf`` run after x0 is drawn. At T = 0 the noised tensor
     *is* the logits tensor, so both EOS and EOT get confidence 0; at T > 0 only EOT does (EOS keeps p(EOS), computed
     with EOT removed from the normalisation). That asymmetry is the reference's and is kept on purpose.
     """
+    length = logits.shape[1]
+    scored = logits[:, columns] if cfg.temperature == 0 else logits  # at T > 0 the noise covers every position
+    keep = slice(None) if cfg.temperature == 0 else columns  # the columns of ``scored`` to return
     if cfg.logits_eos_inf:
-        logits = _suppress(logits, [cfg.eos_id])
-    x0 = torch.argmax(add_gumbel_noise(logits, cfg.temperature, generator), dim=-1)
+        scored = _suppress(scored, [cfg.eos_id])
+    x0 = torch.argmax(add_gumbel_noise(scored, cfg.temperature, generator), dim=-1)[:, keep]
     if cfg.confidence_eos_eot_inf:
-        logits = _suppress(logits, [cfg.eot_id, cfg.eos_id] if cfg.temperature == 0 else [cfg.eot_id])
+        scored = _suppress(scored, [cfg.eot_id, cfg.eos_id] if cfg.temperature == 0 else [cfg.eot_id])
     if cfg.remasking == "low_confidence":
-        probs = F.softmax(logits, dim=-1)
-        confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
-    else:
-        confidence = torch.rand(x0.shape, device=x0.device, generator=generator)
-    return x0, confidence
+        probs = F.softmax(scored[:, keep], dim=-1)
+        return x0, torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+    return x0, torch.rand((x0.shape[0], length), device=x0.device, generator=generator)[:, columns]
 
 
 def _row_proposals_and_confidence(
-    logits: torch.Tensor, x: torch.Tensor, cfg: LLaDAConfig, generators: list[torch.Generator], starts: list[int]
+    logits: torch.Tensor, x: torch.Tensor, cfg: LLaDAConfig, generators: list[torch.Generator], starts: list[int],
+    columns: slice,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_proposals_and_confidence`` row by row, each on its real positions with its own generator: a row's draws
-    are those it would make alone. Padding keeps its token and gets confidence -inf."""
-    x0, confidence = x.clone(), None
+    are those it would make alone. Padding inside ``columns`` keeps its token and gets confidence -inf."""
+    x0, confidence = x[:, columns].clone(), None
     for row, (generator, start) in enumerate(zip(generators, starts)):
-        row_x0, row_conf = _proposals_and_confidence(logits[row:row + 1, start:], cfg, generator)
+        first = max(columns.start, start)
+        row_x0, row_conf = _proposals_and_confidence(logits[row:row + 1, start:], cfg, generator,
+                                                     slice(first - start, columns.stop - start))
         if confidence is None:
-            confidence = torch.full(x.shape, float("-inf"), dtype=row_conf.dtype, device=x.device)
-        x0[row, start:], confidence[row, start:] = row_x0[0], row_conf[0]
+            confidence = torch.full(x0.shape, float("-inf"), dtype=row_conf.dtype, device=x.device)
+        x0[row, first - columns.start:], confidence[row, first - columns.start:] = row_x0[0], row_conf[0]
     return x0, confidence
+
+
+def _first_open_column(earlier_masks: torch.Tensor, start: int) -> int:
+    """The first column a block's steps can commit: the block's start, or an earlier mask (a mask id inside the
+    prompt, which the reference also fills). Columns before it hold no mask for the rest of the block."""
+    earlier = earlier_masks.any(dim=0).nonzero()
+    return int(earlier[0]) if len(earlier) else start
 
 
 @torch.no_grad()
@@ -179,15 +194,19 @@ def llada_generate(
         start = prompt_len + block * cfg.block_length
         end = start + cfg.block_length
         counts = llada_transfer_counts((x[:, start:end] == cfg.mask_id).sum(dim=1), steps_per_block)
+        columns = slice(_first_open_column(x[:, :start] == cfg.mask_id, start), end)
         for step in range(steps_per_block):
             mask_index = x == cfg.mask_id
             logits = _forward(network, x, attention_mask, prompt_index, cfg)
             nfe += 1
             if generators is None:
-                x0, confidence = _proposals_and_confidence(logits, cfg, generator)
+                x0_open, confidence_open = _proposals_and_confidence(logits, cfg, generator, columns)
             else:
-                x0, confidence = _row_proposals_and_confidence(logits, x, cfg, generators, starts)
-            confidence[:, end:] = float("-inf")
+                x0_open, confidence_open = _row_proposals_and_confidence(logits, x, cfg, generators, starts, columns)
+            x0 = x.clone()
+            x0[:, columns] = x0_open
+            confidence = torch.full(x.shape, float("-inf"), dtype=confidence_open.dtype, device=device)
+            confidence[:, columns] = confidence_open
             confidence = torch.where(mask_index, confidence, torch.full_like(confidence, float("-inf")))
             x0 = torch.where(mask_index, x0, x)
             transfer = torch.zeros_like(mask_index)

@@ -456,3 +456,20 @@ def test_rows_cut_after_eos_or_eot_and_split_nfe():
     out = fastdllm_llada_generate(ScriptedNet(per_position_logits(table)), torch.tensor([[3, 4], [3, 4]]), None, cfg)
     assert out.tokens[0].tolist() == [5, 6, 7, EOT, 8, EOS, 9, 10] and out.nfe == 8
     assert list(out.rows) == [DecodeResult([5, 6, 7, EOT], 4.0, False)] * 2
+
+
+def test_threshold_selection_takes_each_rows_first_maximum_and_every_candidate_at_or_above():
+    from models.decoders.fastdllm import select_transfer
+
+    generator = torch.Generator().manual_seed(0)
+    confidence = torch.randint(0, 4, (64, 12), generator=generator).float() / 4  # many ties
+    candidates = torch.rand((64, 12), generator=generator) < 0.6
+    chosen = select_transfer(confidence, candidates, None, 0.7)
+    for row in range(64):
+        indices = [i for i in range(12) if candidates[row, i]]
+        want = set()
+        if indices:
+            best = max(float(confidence[row, i]) for i in indices)
+            want = {next(i for i in indices if float(confidence[row, i]) == best)}
+            want |= {i for i in indices if float(confidence[row, i]) >= 0.7}
+        assert set(chosen[row].nonzero().flatten().tolist()) == want

@@ -115,7 +115,9 @@ def test_compiled_native_network_is_token_identical_to_eager():
     net = NudgedNative(inner, 95, answer, 15.0)
     c = RefusionConfig(gen_length=16, slot_size=4, serial_num_blocks=1, slot_threshold=0.6, token_threshold=0.6,
                        mask_id=95, eos_id=10_000)
-    batch = [torch.randint(0, 94, (n,), generator=torch.Generator().manual_seed(n)) for n in (5, 9)]
+    # One row: each further call pattern (batch size, padding mask) costs another graph of ~15 s of CPU compile,
+    # and rows batched together are checked against batch 1 in eager above.
+    batch = [torch.randint(0, 94, (9,), generator=torch.Generator().manual_seed(9))]
     eager = refusion_decode_rows(net, batch, c)
     compiled = refusion_decode_rows(torch.compile(net, dynamic=True), batch, c)
     assert [o.token_ids for o in compiled] == [o.token_ids for o in eager]
