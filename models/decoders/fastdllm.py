@@ -136,5 +136,9 @@ def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> tor
     Position i is scored by the output at i-1; the first column of the call scores itself (the reference shifts
     within each call's window, so a window's position 0 is scored by its own output, which is never used for a mask).
     """
-    idx = torch.arange(lo, hi, device=logits.device) - offset - 1
-    return logits[:, idx.clamp_min(0)]
+    first = lo - offset - 1
+    if first >= 0:
+        return logits[:, first:hi - offset - 1]  # a view: no copy
+    if first < -1:
+        raise ValueError(f"rows {lo}..{hi} start before the call's first column {offset}")
+    return torch.cat([logits[:, :1], logits[:, :hi - offset - 1]], dim=1)

@@ -142,14 +142,24 @@ def _carry_commit(
 ) -> torch.Tensor:
     """One step of the no-cache threshold path: up to (masks left - ``reserved``) candidates, top-1 always, the
     rest only at conf >= threshold."""
-    candidates = canvas == cfg.dream.mask_id
-    conf, tokens = dream_sample_tokens(scores[candidates], cfg.dream, "max_prob", generator)
-    full_conf = torch.full(candidates.shape, float("-inf"), dtype=conf.dtype, device=canvas.device)
-    full_conf[candidates] = conf
-    proposals = torch.full_like(canvas, cfg.dream.mask_id)
-    proposals[candidates] = tokens
-    chosen = select_transfer(full_conf, candidates, candidates.sum(dim=1) - reserved, cfg.threshold)
+    candidates, conf, proposals = _scored(canvas, scores, cfg, "max_prob", generator)
+    chosen = select_transfer(conf, candidates, candidates.sum(dim=1) - reserved, cfg.threshold)
     return torch.where(chosen, proposals, canvas)
+
+
+def _scored(
+    block: torch.Tensor, scores: torch.Tensor, cfg: FastDreamConfig, confidence: str, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The block's masks scored by Dream's ``sample_tokens``: which positions are masks, their confidence (-inf
+    elsewhere) and their proposed tokens (the mask id elsewhere)."""
+    candidates = block == cfg.dream.mask_id
+    where = candidates.nonzero(as_tuple=True)
+    conf, tokens = dream_sample_tokens(scores[where], cfg.dream, confidence, generator)
+    full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
+    full_conf[where] = conf
+    proposals = torch.full_like(block, cfg.dream.mask_id)
+    proposals[where] = tokens
+    return candidates, full_conf, proposals
 
 
 # ---- cached blocks ------------------------------------------------------------------------------------------------
@@ -161,23 +171,18 @@ def _entropy_commit(
 ) -> torch.Tensor:
     """One step of the cached non-threshold path: Dream's floor schedule on the block's masks, ordered by -entropy
     (top-k, or a draw from softmax(conf / alg_temp))."""
-    candidates = block == cfg.dream.mask_id
-    conf, tokens = dream_sample_tokens(block_scores[candidates], cfg.dream, "neg_entropy", generator)
+    candidates, full_conf, proposals = _scored(block, block_scores, cfg, "neg_entropy", generator)
     last = step >= steps_per_block - 1
     t, s = (timesteps[step], timesteps[step + 1]) if not last else (timesteps[-2], timesteps[-1])
     count = dream_transfer_count(candidates, t, s, last)
     if count <= 0:
         return block
-    full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
-    full_conf[candidates] = conf
     if cfg.dream.alg_temp is None or cfg.dream.alg_temp == 0:
         chosen_idx = torch.topk(full_conf, min(count, block.shape[1]), dim=-1).indices
     else:
         weights = F.softmax(full_conf / cfg.dream.alg_temp, dim=-1)
         chosen_idx = torch.multinomial(weights, num_samples=min(count, block.shape[1]), generator=generator)
     chosen = torch.zeros_like(candidates).scatter_(1, chosen_idx, True) & candidates
-    proposals = torch.full_like(block, cfg.dream.mask_id)
-    proposals[candidates] = tokens
     return torch.where(chosen, proposals, block)
 
 
@@ -185,13 +190,8 @@ def _threshold_commit(
     block: torch.Tensor, block_scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator
 ) -> torch.Tensor:
     """One step of the cached threshold path: the block's top-1 mask plus every other with conf >= threshold."""
-    candidates = block == cfg.dream.mask_id
-    conf, tokens = dream_sample_tokens(block_scores[candidates], cfg.dream, "max_prob", generator)
-    full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
-    full_conf[candidates] = conf
-    proposals = torch.full_like(block, cfg.dream.mask_id)
-    proposals[candidates] = tokens
-    return torch.where(select_transfer(full_conf, candidates, None, cfg.threshold), proposals, block)
+    candidates, conf, proposals = _scored(block, block_scores, cfg, "max_prob", generator)
+    return torch.where(select_transfer(conf, candidates, None, cfg.threshold), proposals, block)
 
 
 def _forced_first(scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator) -> torch.Tensor:

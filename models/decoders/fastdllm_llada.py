@@ -89,12 +89,16 @@ def llada_step(
 ) -> torch.Tensor:
     """The block's tokens after one step (``get_transfer_index``): propose, score, commit the chosen masks."""
     candidates = block == cfg.llada.mask_id
-    x0 = torch.argmax(add_gumbel_noise(block_logits, cfg.llada.temperature, generator), dim=-1)
-    if cfg.llada.remasking == "low_confidence":
-        probs = F.softmax(block_logits.to(torch.float64), dim=-1)
-        confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+    if cfg.llada.temperature == 0 and cfg.llada.remasking == "low_confidence":
+        # The argmax of the logits is the argmax of their softmax (ties stay ties, the first is taken): one pass.
+        confidence, x0 = F.softmax(block_logits.to(torch.float64), dim=-1).max(dim=-1)
     else:
-        confidence = torch.rand(x0.shape, device=x0.device, generator=generator)
+        x0 = torch.argmax(add_gumbel_noise(block_logits, cfg.llada.temperature, generator), dim=-1)
+        if cfg.llada.remasking == "low_confidence":
+            probs = F.softmax(block_logits.to(torch.float64), dim=-1)
+            confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+        else:
+            confidence = torch.rand(x0.shape, device=x0.device, generator=generator)
     chosen = select_transfer(confidence, candidates, None if cfg.threshold is not None else counts, cfg.threshold)
     return torch.where(chosen, x0, block)
 
