@@ -10,7 +10,8 @@ Sections:
   1. project decoder on the native network vs the same decoder on transformers' network vs the published decoder
      (``--reference PATH`` to a checkout of it; the row is skipped, with the reason, when absent or not importable);
   2. time per generated token at each canvas for the three acceptance regimes;
-  3. tokens/s at several batch sizes (prompts of different lengths, 90% acceptance).
+  3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
+     of each size.
 
     python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--reference PATH]
                                   [--sections 1 2 3]
@@ -174,20 +175,28 @@ def section_canvas(args) -> float:
 
 
 def section_batch(args) -> float | None:
+    """Every batch size decodes the same prompts (as many as the largest batch), in consecutive batches of that size,
+    so the rates compare one workload run at different batch sizes."""
     native, _, mask_id = networks("90%", 4096)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)
     prompts = make_prompts(max(args.batches))
+
+    def run(b: int) -> None:
+        for i in range(0, len(prompts), b):
+            refusion_decode_rows(native, prompts[i:i + b], cfg)
+
     times = {b: [] for b in args.batches}
     for b in args.batches:
         refusion_decode_rows(native, prompts[:b], cfg)  # warm-up
     for _ in range(args.rounds):
         for b in args.batches:
-            times[b].append(timed(lambda: refusion_decode_rows(native, prompts[:b], cfg))[0])
-    print(f"\n## 3. tokens/s by batch size (canvas {args.batch_canvas}, 90% acceptance, native network)")
+            times[b].append(timed(lambda: run(b))[0])
+    print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts, canvas {args.batch_canvas}, 90% acceptance, native "
+          "network)")
     rate = {}
     for b, t in times.items():
-        rate[b] = b * args.batch_canvas / statistics.median(t)
+        rate[b] = len(prompts) * args.batch_canvas / statistics.median(t)
         print(f"  batch {b:3d}: {rate[b]:9.1f} tokens/s  (round {summary(t)})  x{rate[b] / rate[args.batches[0]]:.2f}")
     return rate[8] / rate[1] if 8 in rate and 1 in rate else None
 

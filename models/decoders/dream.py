@@ -205,13 +205,14 @@ def dream_generate(
     row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
     """Fill ``max_new_tokens`` masks after the (left-padded) prompts in ``steps`` full-sequence forwards. With
-    ``row_seeds`` each row draws from its own generator (``cfg.seed`` is then unused)."""
+    ``row_seeds`` a sampling config draws each row from its own generator (``cfg.seed`` is then unused)."""
     require_filled(cfg, "dream")
     validate_dream_config(cfg)
     check_inputs(input_ids, attention_mask)
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generators = row_generators(row_seeds, batch, device)
+    samples = cfg.temperature > 0 or cfg.alg == "origin" or bool(cfg.alg_temp)
+    generators = row_generators(row_seeds if samples else None, batch, device)  # greedy: the batch at once
     generator = make_generator(cfg.seed, device) if generators is None else None
     starts = row_starts(attention_mask, batch)
 

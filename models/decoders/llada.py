@@ -169,13 +169,14 @@ def llada_generate(
     row_seeds: Sequence[int] | None = None,
 ) -> DecodeOutput:
     """Fill ``gen_length`` masks after the (left-padded) prompts, block by block; rows are cut after EOS or EOT.
-    With ``row_seeds`` each row draws from its own generator (``cfg.seed`` is then unused)."""
+    With ``row_seeds`` a sampling config draws each row from its own generator (``cfg.seed`` is then unused)."""
     require_filled(cfg, "llada")
     validate_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
     batch, prompt_len = input_ids.shape
     device = input_ids.device
-    generators = row_generators(row_seeds, batch, device)
+    samples = cfg.temperature > 0 or cfg.remasking == "random"
+    generators = row_generators(row_seeds if samples else None, batch, device)  # greedy: the batch at once
     generator = make_generator(cfg.seed, device) if generators is None else None
     starts = row_starts(attention_mask, batch)
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -41,18 +45,31 @@ def test_output_that_is_a_file(capsys, tmp_path, no_loading):
     assert "is a file" in one_line(capsys, argv(tmp_path / "taken" / "run"))
 
 
-def test_read_only_output_folder(capsys, tmp_path, no_loading):
-    import os
-
-    if os.geteuid() == 0:
-        pytest.skip("root writes through read-only permissions")
-    folder = tmp_path / "ro"
+@contextmanager
+def read_only_folder(folder: Path):
+    """A folder the harness cannot write to: read-only permissions, or, for root (who writes through them), a
+    read-only tmpfs mounted on it."""
     folder.mkdir()
-    folder.chmod(0o500)
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        try:
+            yield folder
+        finally:
+            folder.chmod(0o700)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only tmpfs here: {mounted.stderr.strip()}")
     try:
-        assert "not writable" in one_line(capsys, argv(folder))
+        yield folder
     finally:
-        folder.chmod(0o700)
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_read_only_output_folder(capsys, tmp_path, no_loading):
+    with read_only_folder(tmp_path / "ro") as folder:
+        assert "not writable" in one_line(capsys, argv(folder))
 
 
 def test_unknown_device(capsys, tmp_path, no_loading):
