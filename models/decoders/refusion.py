@@ -184,7 +184,6 @@ def _check_prompt(prompt: torch.Tensor) -> None:
         raise ValueError(f"refusion: prompt_ids must be torch.long token ids, got {prompt.dtype}")
 
 
-@torch.no_grad()
 def refusion_decode_row(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,
@@ -197,12 +196,12 @@ def refusion_decode_row(
     return refusion_decode_rows(model, [prompt_ids[0]], cfg, on_commit)[0]
 
 
-@torch.no_grad()
 def _row_config(cfg: RefusionConfig, row_seeds: Sequence[int] | None, row: int) -> RefusionConfig:
     """A row's own Gumbel stream when the harness gives per-row seeds (the same sample, the same draws, any batch)."""
     return cfg if row_seeds is None else dataclasses.replace(cfg, seed=int(row_seeds[row]))
 
 
+@torch.no_grad()
 def refusion_decode_rows(
     model: torch.nn.Module,
     prompts: list[torch.Tensor],

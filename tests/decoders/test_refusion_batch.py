@@ -141,3 +141,17 @@ def test_contract_decodes_a_left_padded_batch_together():
     assert out.nfe == net.calls == max(s.nfe for s in singles)
     assert sum(r.nfe for r in out.rows) == pytest.approx(out.nfe)
     assert [t.iterations for t in out.trace] == [s.iterations for s in singles]
+
+
+def test_decoding_builds_no_autograd_graph():
+    """The decoder runs under no_grad however it is called: the cached keys of a network whose weights require
+    grad stay plain tensors (the harness calls the decoder contract without a grad context of its own)."""
+    net = native_copy(tiny_qwen(vocab=96, seed=1, sharpness=25.0))
+    assert any(p.requires_grad for p in net.parameters())
+    c = RefusionConfig(gen_length=16, slot_size=4, serial_num_blocks=1, mask_id=95, eos_id=10_000)
+    ids = torch.randint(0, 94, (2, 7), generator=torch.Generator().manual_seed(3))
+    events = []
+    refusion_decode_rows(net, list(ids), c, on_commit=events.append)
+    refusion_generate(net, ids, None, c)
+    assert events and not any(k.requires_grad or v.requires_grad for e in events for k, v in e.kv)
+    assert torch.is_grad_enabled()
