@@ -15,7 +15,7 @@ from transformers import DynamicCache
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.decoders.sampling import row_generators
+from models.decoders.sampling import Draws, row_generators
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,8 @@ def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | N
     generator = None
     if sampling.do_sample and sampling.seed is not None:
         generator = torch.Generator(device=device).manual_seed(sampling.seed)
-    generators = row_generators(row_seeds, batch, device) if sampling.do_sample else None
+    rows = row_generators(row_seeds, batch, device) if sampling.do_sample else None
+    draws = Draws(generator, None if rows is None else tuple(rows))  # unseeded: torch's global stream, as before
     eos = torch.tensor(eos_ids, device=device)
     mask = attention_mask.clone()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -88,10 +89,7 @@ def ar_generate(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | N
     generated: list[torch.Tensor] = []
     next_pos = positions[:, -1:] + 1
     for step in range(max_new_tokens):
-        if generators is None:
-            token = next_tokens(logits, sampling, generator)
-        else:
-            token = torch.cat([next_tokens(logits[row:row + 1], sampling, g) for row, g in enumerate(generators)])
+        token = draws.by_row(next_tokens, (logits,), sampling)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         generated.append(token)
         done |= torch.isin(token, eos)

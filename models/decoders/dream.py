@@ -18,16 +18,15 @@ import torch.nn.functional as F
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
 from models.decoders.sampling import (
+    Draws,
     as_logits,
     check_inputs,
     dream_timesteps,
     dream_transfer_count,
-    make_generator,
     margin_confidence,
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
-    row_generators,
     row_starts,
     sample_categorical,
     top_k_filter,
@@ -184,7 +183,7 @@ def _confidence_step(
 
 
 def _row_by_row(step: Callable[..., torch.Tensor], x: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
-                generators: list[torch.Generator], starts: list[int]) -> torch.Tensor:
+                generators: Sequence[torch.Generator], starts: list[int]) -> torch.Tensor:
     """One step on each row alone, on its real positions with its own generator: the draws it would make alone.
     ``logits`` are the masks' logits in row-major order, so each row's are one contiguous run."""
     x = x.clone()
@@ -212,8 +211,7 @@ def dream_generate(
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     samples = cfg.temperature > 0 or cfg.alg == "origin" or bool(cfg.alg_temp)
-    generators = row_generators(row_seeds if samples else None, batch, device)  # greedy: the batch at once
-    generator = make_generator(cfg.seed, device) if generators is None else None
+    draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, batch, device)  # greedy: the batch at once
     starts = row_starts(attention_mask, batch)
 
     x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
@@ -230,10 +228,10 @@ def dream_generate(
         else:
             count = dream_transfer_count(mask_index, t, s, last)
             step = functools.partial(_confidence_step, count=count, cfg=cfg)
-        if generators is None:
-            x = step(x, mask_index, logits, generator=generator)
+        if draws.rows is None:
+            x = step(x, mask_index, logits, generator=draws.shared)
         else:
-            x = _row_by_row(step, x, mask_index, logits, generators, starts)
+            x = _row_by_row(step, x, mask_index, logits, draws.rows, starts)
     return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)
 
 

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
-from models.decoders.sampling import (add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts, make_generator,
-                                      row_generators, row_starts)
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts,
+                                      row_starts)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -137,7 +137,7 @@ def _proposals_and_confidence(
 
 
 def _row_proposals_and_confidence(
-    logits: torch.Tensor, x: torch.Tensor, cfg: LLaDAConfig, generators: list[torch.Generator], starts: list[int],
+    logits: torch.Tensor, x: torch.Tensor, cfg: LLaDAConfig, generators: Sequence[torch.Generator], starts: list[int],
     columns: slice,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_proposals_and_confidence`` row by row, each on its real positions with its own generator: a row's draws
@@ -176,8 +176,7 @@ def llada_generate(
     batch, prompt_len = input_ids.shape
     device = input_ids.device
     samples = cfg.temperature > 0 or cfg.remasking == "random"
-    generators = row_generators(row_seeds if samples else None, batch, device)  # greedy: the batch at once
-    generator = make_generator(cfg.seed, device) if generators is None else None
+    draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, batch, device)  # greedy: the batch at once
     starts = row_starts(attention_mask, batch)
 
     x = torch.full((batch, prompt_len + cfg.gen_length), cfg.mask_id, dtype=torch.long, device=device)
@@ -200,10 +199,10 @@ def llada_generate(
             mask_index = x == cfg.mask_id
             logits = _forward(network, x, attention_mask, prompt_index, cfg)
             nfe += 1
-            if generators is None:
-                x0_open, confidence_open = _proposals_and_confidence(logits, cfg, generator, columns)
+            if draws.rows is None:
+                x0_open, confidence_open = _proposals_and_confidence(logits, cfg, draws.shared, columns)
             else:
-                x0_open, confidence_open = _row_proposals_and_confidence(logits, x, cfg, generators, starts, columns)
+                x0_open, confidence_open = _row_proposals_and_confidence(logits, x, cfg, draws.rows, starts, columns)
             x0 = x.clone()
             x0[:, columns] = x0_open
             confidence = torch.full(x.shape, float("-inf"), dtype=confidence_open.dtype, device=device)
