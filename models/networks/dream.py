@@ -20,6 +20,7 @@ from models.networks.common import (
     RMSNorm,
     apply_rope,
     attend,
+    check_silu_and_default_rope,
     config_from_dict,
     config_to_dict,
     merge_heads,
@@ -59,11 +60,7 @@ class DreamNetworkConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.hidden_act != "silu":
-            raise ValueError(f"Dream config: hidden_act={self.hidden_act!r} is not supported (the native network needs 'silu')")
-        scaling = self.rope_scaling or {}
-        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-            raise ValueError(f"Dream config: rope_scaling={self.rope_scaling!r} is not supported (only the default RoPE)")
+        check_silu_and_default_rope(self, "Dream")
         if self.tie_word_embeddings:
             raise ValueError("Dream config: tie_word_embeddings=True is not supported (the released model is untied)")
         if self.use_sliding_window:

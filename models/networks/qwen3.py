@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (GatedMLP, RMSNorm, apply_rope, config_from_dict, config_to_dict, merge_heads,
-                                     rope_angles, rope_inv_freq, split_heads)
+from models.networks.common import (GatedMLP, RMSNorm, apply_rope, check_silu_and_default_rope, config_from_dict,
+                                     config_to_dict, merge_heads, rope_angles, rope_inv_freq, split_heads)
 from models.networks.kv_buffer import KVBuffer, Reservation
 
 
@@ -46,11 +46,7 @@ class Qwen3NetworkConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.hidden_act != "silu":
-            raise ValueError(f"Qwen3 config: hidden_act={self.hidden_act!r} is not supported (the native network needs 'silu')")
-        scaling = self.rope_scaling or {}
-        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-            raise ValueError(f"Qwen3 config: rope_scaling={self.rope_scaling!r} is not supported (only the default RoPE)")
+        check_silu_and_default_rope(self, "Qwen3")
         if self.use_sliding_window:
             raise ValueError("Qwen3 config: use_sliding_window=True is not supported (buffer reordering needs full attention)")
         if self.num_attention_heads % self.kv_heads:
