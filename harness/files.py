@@ -85,14 +85,21 @@ class JSONLError(ValueError):
 def read_jsonl(path: Path, tolerant: bool = False) -> Iterator[tuple[int, Any]]:
     """(line number, value) for every non-blank line of a ``.jsonl`` or ``.jsonl.gz`` file.
 
-    ``tolerant`` is for files a killed writer may have left behind (the resume store): a last line without its
-    newline ends the file and a line that is not JSON is skipped; otherwise such a line raises JSONLError.
+    Lines are split on newline bytes and decoded one by one, so bytes that are not UTF-8 raise JSONLError naming
+    their line (a text stream would fail mid-chunk, at no line). ``tolerant`` is for files a killed writer may have
+    left behind (the resume store): a last line without its newline ends the file, even inside a character, and a
+    line that is not JSON is skipped; otherwise such a line raises JSONLError. Bytes that are not UTF-8 on a
+    complete line raise in both modes: that is damage, not a torn write, and skipping it would hide it.
     """
-    opened = gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    opened = gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
     with opened as handle:
-        for number, line in enumerate(handle, start=1):
-            if tolerant and not line.endswith("\n"):
+        for number, raw in enumerate(handle, start=1):
+            if tolerant and not raw.endswith(b"\n"):
                 return  # torn write from a killed process
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise JSONLError(path, number, "not UTF-8 text") from None
             if not line.strip():
                 continue
             try:

@@ -13,10 +13,10 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 from harness.errors import RunError
-from harness.files import jsonl_text
+from harness.files import JSONLError, jsonl_text, read_jsonl
 
 
 def sample_key(**parts: Any) -> str:
@@ -41,9 +41,14 @@ class SampleStore:
         if not self.folder.exists():
             return records
         for path in sorted(self.folder.glob("shard-*.jsonl")):
-            for record in _shard_records(path):
-                if isinstance(record, dict) and "key" in record:
-                    records.setdefault(record["key"], record)
+            try:
+                # tolerant: a torn last line or a line that is not JSON is skipped, so those samples are regenerated
+                for _, record in read_jsonl(path, tolerant=True):
+                    if isinstance(record, dict) and "key" in record:
+                        records.setdefault(record["key"], record)
+            except JSONLError as error:  # in tolerant mode only bytes that are not UTF-8: damage, not a torn write
+                raise RunError(f"store shard {error.path} line {error.line} is {error.reason} (damaged on disk?); "
+                               f"delete that line, or the whole file to regenerate its samples, and rerun") from None
         return records
 
     def write_peak_memory(self, peak_bytes: int) -> None:
@@ -65,24 +70,6 @@ class SampleStore:
             handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
-
-
-def _shard_records(path: Path) -> Iterator[Any]:
-    """The records of one shard. A torn last line (no newline: the writer was killed) and a line that is not JSON
-    are skipped, so those samples are regenerated; bytes that are not UTF-8 stop the run with one line naming them."""
-    data = path.read_bytes()
-    lines = data[: data.rfind(b"\n") + 1].split(b"\n")
-    for number, line in enumerate(lines, start=1):
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise RunError(f"store shard {path} line {number} is not UTF-8 text (damaged on disk?); delete that "
-                           f"line, or the whole file to regenerate its samples, and rerun") from None
-        if text.strip():
-            try:
-                yield json.loads(text)
-            except json.JSONDecodeError:
-                continue
 
 
 def _repair_torn_tail(path: Path) -> None:

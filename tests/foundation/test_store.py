@@ -87,3 +87,14 @@ def test_jsonl_reader_names_the_bad_line_unless_tolerant(tmp_path):
     with pytest.raises(JSONLError, match=r"x.jsonl:3: not valid JSON"):
         list(read_jsonl(path))
     assert list(read_jsonl(path, tolerant=True)) == [(1, {"a": 1}), (4, {"a": 3})]  # torn tail and bad line dropped
+
+
+def test_jsonl_reader_names_a_line_that_is_not_utf8_in_both_modes(tmp_path):
+    """Damage on a complete line is never skipped, even by the tolerant reader; a torn tail inside a character is."""
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"a": "\xff"}\n{"a": 3}\n')
+    for tolerant in (False, True):
+        with pytest.raises(JSONLError, match=r"x.jsonl:2: not UTF-8 text"):
+            list(read_jsonl(path, tolerant=tolerant))
+    path.write_bytes(b'{"a": 1}\n' + '{"a": "\u00e9'.encode()[:-1])
+    assert list(read_jsonl(path, tolerant=True)) == [(1, {"a": 1})]
