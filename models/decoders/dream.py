@@ -56,7 +56,7 @@ class DreamConfig:
 
 
 def dream_at_canvas(cfg: DreamConfig, canvas: int) -> DreamConfig:
-    return dataclasses.replace(cfg, max_new_tokens=canvas, steps=cfg.steps or canvas)
+    return dataclasses.replace(cfg, max_new_tokens=canvas, steps=canvas if cfg.steps is None else cfg.steps)
 
 
 def validate_dream_config(cfg: DreamConfig) -> None:

@@ -78,7 +78,7 @@ class FastDreamConfig:
 def fast_dream_at_canvas(cfg: FastDreamConfig, canvas: int) -> FastDreamConfig:
     default_steps = max(canvas // max(cfg.block_length, 1), 1) if cfg.threshold is not None else canvas
     return dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, max_new_tokens=canvas,
-                                                              steps=cfg.dream.steps or default_steps))
+                                                              steps=default_steps if cfg.dream.steps is None else cfg.dream.steps))
 
 
 def validate_fast_dream_config(cfg: FastDreamConfig) -> None:

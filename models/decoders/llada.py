@@ -44,8 +44,8 @@ class LLaDAConfig:
 
 def llada_at_canvas(cfg: LLaDAConfig, canvas: int) -> LLaDAConfig:
     """The canvas, and the defaults that follow it: one token per step, one block."""
-    return dataclasses.replace(cfg, gen_length=canvas, steps=cfg.steps or canvas,
-                               block_length=cfg.block_length or canvas)
+    return dataclasses.replace(cfg, gen_length=canvas, steps=canvas if cfg.steps is None else cfg.steps,
+                               block_length=canvas if cfg.block_length is None else cfg.block_length)
 
 
 def check_block_schedule(gen_length: int, block_length: int, steps: int) -> None:

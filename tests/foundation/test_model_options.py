@@ -104,6 +104,11 @@ def run_args(tmp_path, models: str, *extra: str) -> list[str]:
     ("tiny-llada", "steps=abc", "tiny-llada: option steps=abc is not an int"),
     ("tiny-qwen3", "top_k=abc", "tiny-qwen3: option top_k=abc is not an int"),
     ("tiny-qwen3", "enable_thinking=maybe", "tiny-qwen3: option enable_thinking=maybe is not a bool"),
+    # 0 is a value, not "unset": it must not fall back to the canvas default
+    ("tiny-llada", "steps=0", "tiny-llada: steps (0) must be a positive multiple"),
+    ("tiny-llada", "block_length=0", "tiny-llada: block_length must be >= 1, got 0"),
+    ("tiny-dream", "steps=0", "tiny-dream: steps must be >= 1, got 0"),
+    ("tiny-dream-fastdllm", "steps=0", "tiny-dream-fastdllm: steps must be >= 1, got 0"),
 ])
 def test_bad_model_arg_values_exit_2_with_one_line(capsys, tmp_path, model, arg, needle):
     err = one_line_error(capsys, run_args(tmp_path, model, "--gen-length", "32", "--model-arg", f"{model}.{arg}"))
