@@ -120,23 +120,30 @@ class TransformersStepper:
         return [(layer.keys.clone(), layer.values.clone()) for layer in self.cache.layers]
 
 
-def row_mask(req: Request, length: int, width: int, key_len: int, device: torch.device) -> Tensor:
-    """[width, key_len] bool for a row holding ``length`` entries whose new tokens land at columns length.. (padded)."""
-    n = req.ids.shape[0]
-    groups = torch.full((width,), -2, dtype=torch.long, device=device)  # pad queries: their own group
-    if req.groups is not None:
-        groups[:n] = torch.tensor(req.groups, device=device)
-    else:
-        groups[:n] = 0
-    committed = length if req.groups is None else req.committed  # a plain request sees its whole cache
-    mask = torch.zeros(width, key_len, dtype=torch.bool, device=device)
-    mask[:, :committed] = True
-    if length > committed:
-        owners = torch.tensor(req.owners, device=device)
-        mask[:, committed:length] = owners[None, :] == groups[:, None]
-    new = torch.ones(width, width, dtype=torch.bool, device=device).tril() & (groups[:, None] == groups[None, :])
-    mask[:, length:length + width] = new
-    return mask
+def batch_mask(reqs: list[Request], lengths: list[int], width: int, key_len: int, device: torch.device) -> Tensor:
+    """[B, 1, width, key_len] bool for rows holding ``lengths`` entries whose new tokens land at columns length..
+    (padded to ``width``). Each key column carries a group: the committed buffer is seen by every query, a tail entry
+    by the queries of its owner group, a new entry by the queries of its group at or after it (pad queries form a
+    group of their own, so no real query sees a pad). Built from one small tensor per kind, for all rows at once."""
+    never, pad = -3, -2
+    query_groups, key_groups, committed = [], [], []
+    for r, n in zip(reqs, lengths):
+        new = [0] * r.ids.shape[0] if r.groups is None else list(r.groups)
+        new += [pad] * (width - len(new))
+        seen = n if r.groups is None else r.committed  # a plain request sees its whole cache
+        owners = [] if r.groups is None else list(r.owners or ())
+        if len(owners) != n - seen:
+            raise RuntimeError(f"refusion: {len(owners)} tail owners for {n - seen} tail entries")
+        query_groups.append(new)
+        key_groups.append([never] * seen + owners + new + [never] * (key_len - n - width))
+        committed.append(seen)
+    starts = torch.tensor([lengths, committed], device=device)[:, :, None, None]  # [2, B, 1, 1]
+    queries = torch.tensor(query_groups, device=device)[:, :, None]  # [B, W, 1]
+    keys = torch.tensor(key_groups, device=device)[:, None, :]  # [B, 1, K]
+    cols = torch.arange(key_len, device=device)
+    rows = torch.arange(width, device=device)[:, None]
+    causal = (cols < starts[0]) | (cols - starts[0] <= rows)  # tail entries, or new entries at or before the query
+    return ((cols < starts[1]) | ((keys == queries) & causal))[:, None]
 
 
 def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
@@ -162,7 +169,7 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
         mask = None
         if not plain:
             key_len = max(lengths) + width
-            mask = torch.stack([row_mask(r, n, width, key_len, device) for r, n in zip(reqs, lengths)])[:, None]
+            mask = batch_mask(reqs, lengths, width, key_len, device)
         keep = max(width - (r.ids.shape[0] - r.keep) if r.keep else width for r in reqs)
         logits = stepper.forward(ids, pos, mask, 0 if keep == width else keep)
         for row, r in enumerate(reqs):
