@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from harness.files import write_json_atomic
 from harness.manifest import hardware
 from harness.run_folder import RESULTS_NAME, Run, RunLoadError, load_run
 
@@ -34,7 +33,6 @@ if TYPE_CHECKING:
 
     from models.base import ModelAdapter, ModelConfig
 
-SPEED_FILE = "gate_speed.json"
 FORMAT = "gate-speed-1"
 REFERENCE_STEPS = 16  # greedy steps of one reference chunk (after a prefill of REFERENCE_PROMPT ids)
 REFERENCE_PROMPT = 32
@@ -233,13 +231,10 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
 
 def read_speed(run: Run) -> dict[str, Any] | None:
     """A run's ``gate_speed.json``, or None when it has none; a damaged one is a RunLoadError."""
-    path = run.root / SPEED_FILE
-    if not path.is_file():
+    path = run.folder.gate_speed_path
+    payload = run.folder.read_gate_speed()
+    if payload is None:
         return None
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise RunLoadError(f"cannot read {path}: {error}") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT or not isinstance(payload.get("results"), list):
         raise RunLoadError(f"{path} is not a {FORMAT} file (rewrite it with run_eval.py gate-speed {run.root})")
     return payload
@@ -292,11 +287,11 @@ def main_gate_speed(argv: list[str]) -> int:
         print(f"gate-speed: error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
               file=sys.stderr)
         return 2
-    write_json_atomic(run.root / SPEED_FILE, payload)
+    written = run.folder.write_gate_speed(payload)
     for r in payload["results"]:
         spread = [v / r["median_normalized"] - 1 for v in r["normalized"]]
         print(f"{r['model']} · {r['task']}: {r['median_tokens_per_second']:.2f} tok/s (median of {len(spread)}), "
               f"normalised {r['median_normalized']:.3f} (passes {100 * min(spread):+.1f}%..{100 * max(spread):+.1f}%), "
               f"{r['reproduced']}/{r['samples']} outputs reproduced")
-    print(f"written: {run.root / SPEED_FILE}")
+    print(f"written: {written}")
     return 0

@@ -4,7 +4,10 @@
     <run>/samples/<model>/<task>.jsonl     scored sample records, one per item
     <run>/store/<model>/<task>/shard-*     the resume store (harness.store); a run may keep it elsewhere
                                            (a sweep's points of one batch size share one)
-    <run>/report.html, <run>/report_*      the HTML report and its tables (reports.html)
+    <run>/report.html                      the HTML report (reports.html)
+    <run>/report_<table>.csv               its tables as CSV (reports.tables: results, table, published, manifests)
+    <run>/report_tables.md                 the same tables as Markdown
+    <run>/gate_speed.json                  the gate's re-timed speed figures (harness.gate_speed), added later
     <run>/engine/<model>/                  an engine-served model's server log and launch record
 
 A bare results JSON (``some/name.json``) is read as a run whose samples would sit beside it.
@@ -20,11 +23,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.errors import RunError
-from harness.files import JSONLError, read_jsonl, write_json_atomic, write_jsonl_atomic
+from harness.files import JSONLError, read_jsonl, write_atomic, write_json_atomic, write_jsonl_atomic
 from harness.store import SampleStore, safe_name
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.html"
+TABLES_MARKDOWN_NAME = "report_tables.md"
+GATE_SPEED_NAME = "gate_speed.json"
 RESULT_KEYS = ("model", "task", "manifest", "n_samples", "primary_metric", "metrics", "speed", "diagnostics")
 
 
@@ -51,7 +56,7 @@ def check_writable(root: Path) -> None:
 
 @dataclass(frozen=True)
 class RunFolder:
-    """Paths, readers and writers of one run folder (or of a report folder: only ``report`` and ``table``)."""
+    """Paths, readers and writers of one run folder (or of a report folder: only the report and its tables)."""
 
     root: Path
     results_name: str = RESULTS_NAME
@@ -71,8 +76,17 @@ class RunFolder:
     def report_path(self) -> Path:
         return self.root / REPORT_NAME
 
-    def table_path(self, name: str) -> Path:
-        return self.root / name
+    def table_path(self, table: str) -> Path:
+        """One report table as CSV, by the table's short name (``results`` -> ``report_results.csv``)."""
+        return self.root / f"report_{table}.csv"
+
+    @property
+    def tables_markdown_path(self) -> Path:
+        return self.root / TABLES_MARKDOWN_NAME
+
+    @property
+    def gate_speed_path(self) -> Path:
+        return self.root / GATE_SPEED_NAME
 
     def samples_path(self, model: str, task: str) -> Path:
         return self.root / "samples" / safe_name(model) / f"{safe_name(task)}.jsonl"
@@ -98,6 +112,20 @@ class RunFolder:
         path = self.samples_path(model, task)
         write_jsonl_atomic(path, records)
         return path
+
+    def write_table(self, table: str, csv_text: str) -> Path:
+        """A report table, already rendered as CSV (this module does not know pandas)."""
+        path = self.table_path(table)
+        write_atomic(path, csv_text)
+        return path
+
+    def write_tables_markdown(self, text: str) -> Path:
+        write_atomic(self.tables_markdown_path, text)
+        return self.tables_markdown_path
+
+    def write_gate_speed(self, payload: dict[str, Any]) -> Path:
+        write_json_atomic(self.gate_speed_path, payload)
+        return self.gate_speed_path
 
     # ---- readers -------------------------------------------------------------------------------------------------
     def read_results(self) -> dict[str, Any]:
@@ -133,6 +161,17 @@ class RunFolder:
         except JSONLError as error:
             raise RunLoadError(f"{path}: line {error.line} is not valid JSON") from None
         return records
+
+    def read_gate_speed(self) -> Any | None:
+        """The parsed ``gate_speed.json``, or None when the run has none; unreadable JSON is a RunLoadError. Its
+        format is checked by harness.gate_speed, which owns it."""
+        path = self.gate_speed_path
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            raise RunLoadError(f"cannot read {path}: {error}") from None
 
 
 @dataclass(frozen=True)

@@ -275,20 +275,14 @@ def markdown_report(data: ReportData) -> str:
 
 
 def write_tables(data: ReportData, folder: RunFolder) -> list[Path]:
-    """CSV and Markdown versions of the report's tables; returns the files written."""
-    folder.root.mkdir(parents=True, exist_ok=True)
-    files = {
-        "report_results.csv": summary_frame(data),
-        "report_table.csv": paper_frame(data),
-        "report_published.csv": published_frame(data),
-        "report_manifests.csv": manifest_frame(data),
+    """CSV and Markdown versions of the report's tables, each written atomically through the run folder (a reader
+    never sees half a table); returns the files written."""
+    frames = {
+        "results": summary_frame(data),
+        "table": paper_frame(data),
+        "published": published_frame(data),
+        "manifests": manifest_frame(data),
     }
-    written = []
-    for name, frame in files.items():
-        path = folder.table_path(name)
-        frame.to_csv(path, index=False)
-        written.append(path)
-    markdown = folder.table_path("report_tables.md")
-    markdown.write_text(markdown_report(data), encoding="utf-8")
-    written.append(markdown)
+    written = [folder.write_table(table, frame.to_csv(index=False)) for table, frame in frames.items()]
+    written.append(folder.write_tables_markdown(markdown_report(data)))
     return written

@@ -11,8 +11,9 @@ from scipy import stats as scipy_stats
 from harness.gate import NOT_COMPARABLE, PASS, REGRESSION, main_gate
 from harness.gate_drift import first_difference, is_deterministic
 from harness.gate_power import fisher_min_items, items_needed, mcnemar_min_items, paired_power, smallest_flagged
-from harness.gate_speed import FORMAT, SPEED_FILE
+from harness.gate_speed import FORMAT
 from harness.manifest import cpu_model
+from harness.run_folder import GATE_SPEED_NAME as SPEED_FILE
 
 NO_ACCURACY = ("--max-accuracy-drop", "100")
 

@@ -14,7 +14,8 @@ import json
 import pytest
 
 from harness.gate import NOT_COMPARABLE, PASS, REGRESSION, main_gate
-from harness.gate_speed import SPEED_FILE, main_gate_speed
+from harness.gate_speed import main_gate_speed
+from harness.run_folder import GATE_SPEED_NAME as SPEED_FILE
 
 pytestmark = pytest.mark.slow  # four tiny runs and two re-timings: about a minute on a shared CPU
 MODEL = "tiny-refusion"
