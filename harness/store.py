@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from harness.errors import RunError
-from harness.files import JSONLError, jsonl_text, read_jsonl
+from harness.files import JSONLError, jsonl_text, read_jsonl, write_atomic
 
 
 def sample_key(**parts: Any) -> str:
@@ -52,9 +52,9 @@ class SampleStore:
         return records
 
     def write_peak_memory(self, peak_bytes: int) -> None:
-        """Each writer leaves its peak memory beside its shard; the run reports the largest."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self.shard_path.with_suffix(".peak").write_text(str(peak_bytes))
+        """Each writer leaves its peak memory beside its shard; the run reports the largest. Written atomically, so
+        a writer killed mid-write never leaves a file the next run's ``peak_memory`` cannot parse."""
+        write_atomic(self.shard_path.with_suffix(".peak"), str(peak_bytes))
 
     def peak_memory(self) -> int | None:
         peaks = [int(p.read_text()) for p in self.folder.glob("shard-*.peak")] if self.folder.exists() else []
