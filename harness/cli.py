@@ -250,6 +250,7 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def write_frontier_files(root: Path) -> str:
     """The frontier page and tables; a page that fails does not fail the sweep (every point's results are written)."""
+    from harness.sweep_plan import SweepFolder
     from reports.frontier import build_frontier
     from reports.frontier_page import write_frontier
 
@@ -259,7 +260,7 @@ def write_frontier_files(root: Path) -> str:
     except (ValueError, OSError) as error:
         return f"frontier not written: {error} (rerun the same sweep command: finished points are skipped)"
     lines = [h.text for h in frontier.headlines] + list(frontier.crossovers["text"]) + list(frontier.notes)
-    return "\n".join(lines + [f"frontier: {html} (table: {html.with_suffix('.csv')})"])
+    return "\n".join(lines + [f"frontier: {html} (table: {SweepFolder(Path(root)).table_path})"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

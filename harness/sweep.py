@@ -23,7 +23,7 @@ from harness.errors import UsageError
 from harness.ranks import DistContext
 from harness.run_folder import RunFolder, RunLoadError
 from harness.runner import Runner, RunSettings
-from harness.sweep_plan import BATCH, Axis, Point, SweepPlan, store_dir
+from harness.sweep_plan import BATCH, Axis, Point, SweepFolder, SweepPlan
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.options import coerce, leaves, set_options
@@ -165,8 +165,9 @@ def point_settings(point: Point, base: RunSettings, root: Path) -> RunSettings:
     """The run of one point: its model alone, its options (text, as --model-arg gives them) over the run's
     --model-arg, its batch size's shared store."""
     model_args = {point.model: {**base.model_args.get(point.model, {}), **point.overrides}}
-    return dataclasses.replace(base, models=(point.model,), output=root / point.name, batch_size=point.batch_size,
-                               model_args=model_args, store_dir=store_dir(root, point.batch_size))
+    folder = SweepFolder(root).point(point)
+    return dataclasses.replace(base, models=(point.model,), output=folder.root, batch_size=point.batch_size,
+                               model_args=model_args, store_dir=folder.store_dir)
 
 
 def plan_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext,

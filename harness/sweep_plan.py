@@ -1,11 +1,14 @@
-"""The plan of a sweep, as records: its points and each model's reference, written into the sweep folder.
+"""The plan of a sweep, as records: its points and each model's reference, written into the sweep folder, and
+that folder's layout (SweepFolder).
 
 The sweep (harness.sweep) writes it before any point runs; the frontier (reports.frontier) reads it back, so a
 frontier can be rebuilt from the folder alone. No run loop here: the report side imports this.
 
     <sweep>/sweep.json                     this plan
-    <sweep>/<point name>/                  one run folder per point (harness.run_folder)
+    <sweep>/<point name>/                  one run folder per point (harness.run_folder.RunFolder)
     <sweep>/store/batch_size=<N>/          the resume store shared by the points of one batch size
+    <sweep>/frontier.html                  the frontier page (reports.frontier_page)
+    <sweep>/frontier.csv, frontier_crossovers.csv   its tables
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import write_json_atomic
+from harness.run_folder import RunFolder
 
 BATCH = "batch_size"
 PLAN_NAME = "sweep.json"
@@ -59,9 +63,35 @@ class Point:
         return ", ".join([f"{k}={v}" for k, v in self.options] + [f"{BATCH}={self.batch_size}"])
 
 
-def store_dir(root: Path, batch_size: int) -> Path:
-    """The resume store shared by a sweep's points of one batch size."""
-    return Path(root) / "store" / f"{BATCH}={batch_size}"
+@dataclass(frozen=True)
+class SweepFolder:
+    """The layout of a sweep folder, in one place, as RunFolder is for a run: a sweep is a folder of runs."""
+
+    root: Path
+
+    @property
+    def plan_path(self) -> Path:
+        return self.root / PLAN_NAME
+
+    def store_dir(self, batch_size: int) -> Path:
+        """The resume store shared by a sweep's points of one batch size."""
+        return self.root / "store" / f"{BATCH}={batch_size}"
+
+    def point(self, point: Point) -> RunFolder:
+        """The run folder of one point, with its batch size's shared store."""
+        return RunFolder(self.root / point.name, store_dir=self.store_dir(point.batch_size))
+
+    @property
+    def page_path(self) -> Path:
+        return self.root / "frontier.html"
+
+    @property
+    def table_path(self) -> Path:
+        return self.root / "frontier.csv"
+
+    @property
+    def crossovers_path(self) -> Path:
+        return self.root / "frontier_crossovers.csv"
 
 
 @dataclass(frozen=True)
@@ -81,15 +111,19 @@ class SweepPlan:
                         "batch_size": p.batch_size} for p in self.points],
         }
 
+    @property
+    def folder(self) -> SweepFolder:
+        return SweepFolder(self.root)
+
     def write(self) -> Path:
-        path = self.root / PLAN_NAME
+        path = self.folder.plan_path
         write_json_atomic(path, self.to_json())
         return path
 
 
 def load_plan(root: Path) -> SweepPlan:
     """The plan a sweep wrote into its folder."""
-    path = Path(root) / PLAN_NAME
+    path = SweepFolder(Path(root)).plan_path
     if not path.is_file():
         raise ValueError(f"{root} has no {PLAN_NAME} (not a sweep folder; run `run_eval.py sweep` first)")
     raw = json.loads(path.read_text(encoding="utf-8"))

@@ -97,7 +97,7 @@ def _measured(plan: SweepPlan) -> tuple[list[dict[str, Any]], list[str]]:
     raw, notes = [], []
     for point in plan.points:
         try:
-            run = load_run(plan.root / point.name)
+            run = load_run(plan.folder.point(point).root)
         except RunLoadError:
             notes.append(f"{point.name}: not finished (no results.json); rerun the sweep to complete it")
             continue

@@ -1,5 +1,5 @@
 """The sweep's page and tables: ``frontier.html`` (self-contained, like the report), ``frontier.csv`` and
-``frontier_crossovers.csv``, written into the sweep folder."""
+``frontier_crossovers.csv``, written into the sweep folder (their paths: harness.sweep_plan.SweepFolder)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from harness.files import write_atomic
+from harness.sweep_plan import SweepFolder
 from reports.figures import colour, to_data_uri
 from reports.frontier import CROSSOVER_RULE, Frontier, build_frontier
 from reports.html import make_environment, table_view
 
-PAGE_NAME = "frontier.html"
 TABLE_COLUMNS = ["task", "model", "options", "batch_size", "accuracy", "ci_low", "ci_high", "n", "tokens_per_second",
                  "speedup", "right_to_wrong", "wrong_to_right", "p_holm", "matched", "pareto"]
 
@@ -115,11 +115,11 @@ def render_frontier(frontier: Frontier) -> str:
 
 
 def write_frontier(root: Path, frontier: Frontier | None = None) -> Path:
-    """Write frontier.html, frontier.csv and frontier_crossovers.csv into the sweep folder; returns the page's path."""
-    root = Path(root)
-    frontier = frontier if frontier is not None else build_frontier(root)
-    frontier.frame.to_csv(root / "frontier.csv", index=False)
-    frontier.crossovers.to_csv(root / "frontier_crossovers.csv", index=False)
-    path = root / PAGE_NAME
-    write_atomic(path, render_frontier(frontier))
-    return path
+    """Write frontier.html, frontier.csv and frontier_crossovers.csv into the sweep folder, each atomically (the
+    tables rendered to text first); returns the page's path."""
+    folder = SweepFolder(Path(root))
+    frontier = frontier if frontier is not None else build_frontier(folder.root)
+    write_atomic(folder.table_path, frontier.frame.to_csv(index=False))
+    write_atomic(folder.crossovers_path, frontier.crossovers.to_csv(index=False))
+    write_atomic(folder.page_path, render_frontier(frontier))
+    return folder.page_path
