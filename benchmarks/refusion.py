@@ -1,27 +1,29 @@
 """ReFusion speed, side by side in one run (interleaved rounds, medians with min-max spread, one torch thread on CPU).
 
 Networks: the tiny-refusion checkpoint (models/tiny.py), loaded natively and through transformers, wrapped so the
-acceptance rate is known: ``all`` adds a large bias at a fixed answer for both heads (every slot accepted by the first
-verification), ``90%`` leaves the next-token bias off at a seeded 10% of positions (those tokens fail global
-verification and go through in-slot completion), ``random`` has no bias (one slot per round, token by token: the
-worst case). The end-of-sequence id is one the network cannot produce, so canvases fill completely.
+acceptance rate is known (benchmarks/refusion_cases.py: every slot accepted, 90% of tokens, or none: the worst case).
 
 Sections:
-  1. project decoder on the native network vs the same decoder on transformers' network vs the published decoder
-     (``--reference PATH`` to a checkout of it; the row is skipped, with the reason, when absent or not importable);
+  1. project decoder on the native network vs the same decoder on transformers' network vs the published decoder on
+     its own network class (``--reference PATH`` to a checkout of it, run by ``--reference-python`` in an
+     environment it imports in, through benchmarks/refusion_reference.py; the row is skipped, with the reason, when
+     absent or not importable);
   2. time per generated token at each canvas for the three acceptance regimes;
   3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
      of each size.
 
-    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--reference PATH]
-                                  [--sections 1 2 3]
+    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--sections 1 2 3]
+                                  [--reference PATH [--reference-python PY]]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -31,40 +33,9 @@ import torch
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
+from refusion_cases import NO_EOS, biased, make_prompts
 
-NO_EOS = 10**6
 TARGETS = {"wall vs published": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
-
-
-class Biased(torch.nn.Module):
-    """Adds ``bias`` at answer(p) for a mask at p (plan head) and at answer(p+1) for a token at p (next-token head),
-    except the next-token bias at the positions in ``reject``. Works for both call signatures."""
-
-    def __init__(self, inner: torch.nn.Module, mask_id: int, vocab: int, bias: float, reject: torch.Tensor):
-        super().__init__()
-        self.inner, self.mask_id, self.vocab, self.bias, self.reject = inner, mask_id, vocab, bias, reject
-        if hasattr(inner, "new_cache"):
-            self.new_cache = inner.new_cache
-        self.config = getattr(inner, "config", None)
-
-    def _nudge(self, logits, input_ids, position_ids):
-        n = logits.shape[1]
-        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
-        is_mask = ids == self.mask_id
-        target_pos = torch.where(is_mask, pos, pos + 1)
-        answer = (target_pos * 7 + 3) % (self.vocab - 1)
-        strength = torch.where(is_mask | ~self.reject[target_pos.clamp_max(len(self.reject) - 1)], self.bias, 0.0)
-        return logits.scatter_add(-1, answer[..., None], strength[..., None].to(logits.dtype))
-
-    def forward(self, input_ids, position_ids, **kwargs):
-        if hasattr(self.inner, "new_cache"):
-            out = self.inner(input_ids, position_ids=position_ids, **kwargs)
-        else:
-            out = self.inner(input_ids=input_ids, position_ids=position_ids, **kwargs)
-        if isinstance(out, torch.Tensor):
-            return self._nudge(out, input_ids, position_ids)
-        out.logits = self._nudge(out.logits, input_ids, position_ids)
-        return out
 
 
 def networks(regime: str, max_pos: int):
@@ -76,14 +47,7 @@ def networks(regime: str, max_pos: int):
     hf = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     native = load_network(folder, "qwen3", dtype=torch.float32)
     vocab, mask_id = hf.config.vocab_size, hf.config.mask_token_id
-    bias = 0.0 if regime == "random" else 60.0
-    reject = torch.rand(max_pos, generator=torch.Generator().manual_seed(0)) < (0.1 if regime == "90%" else 0.0)
-    return Biased(native, mask_id, vocab, bias, reject), Biased(hf, mask_id, vocab, bias, reject), mask_id
-
-
-def make_prompts(n: int, vocab: int = 500) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    return [torch.randint(0, vocab, (int(12 + 17 * i % 40),), generator=g) for i in range(n)]
+    return biased(native, regime, max_pos, vocab, mask_id), biased(hf, regime, max_pos, vocab, mask_id), mask_id
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -96,57 +60,85 @@ def summary(times: list[float]) -> str:
     return f"{statistics.median(times):8.3f}s [{min(times):.3f}-{max(times):.3f}]"
 
 
-def load_reference(path: str | None):
-    """generate_refusion from a checkout of the published code, or (None, reason)."""
-    if not path:
-        return None, "no --reference given"
-    if not (Path(path) / "generate.py").is_file():
-        return None, f"no generate.py in {path}"
-    sys.path.insert(0, str(Path(path)))
-    try:
-        import generate  # the published module, from the checkout
+class PublishedWorker:
+    """benchmarks/refusion_reference.py in a subprocess (the published code's own Python), asked for one timed
+    round at a time so its rounds interleave with the project's."""
 
-        return generate.generate_refusion, ""
-    except Exception as error:  # it targets transformers 4.x
-        return None, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    def __init__(self, python: str, checkout: str, cases: dict[str, object], threads: int) -> None:
+        self.log = tempfile.TemporaryFile(mode="w+")
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in cases.items()]
+        self.proc = subprocess.Popen(
+            [python, str(Path(__file__).with_name("refusion_reference.py")), f"--reference={checkout}",
+             f"--checkpoint={materialize('tiny-refusion')}", f"--threads={threads}", *flags],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.tokens = self._answer()["tokens"]
+
+    def _answer(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            self.log.seek(0)
+            last = [x for x in self.log.read().splitlines() if x.strip()][-1:] or [f"exit {self.proc.returncode}"]
+            raise RuntimeError(last[0].strip())
+        return json.loads(line)
+
+    def round(self) -> tuple[float, list[list[int]]]:
+        self.proc.stdin.write("round\n")
+        self.proc.stdin.flush()
+        answer = self._answer()
+        return answer["seconds"], answer["tokens"]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+
+def start_published(args, cases: dict[str, object]) -> tuple[PublishedWorker | None, str]:
+    """The published decoder's worker, or (None, why not)."""
+    if not args.reference:
+        return None, "no --reference given"
+    if not (Path(args.reference) / "generate.py").is_file():
+        return None, f"no generate.py in {args.reference}"
+    try:
+        return PublishedWorker(args.reference_python or sys.executable, args.reference, cases, args.threads), ""
+    except RuntimeError as error:  # the checkout does not import in that environment (it targets transformers 4.x)
+        return None, str(error)
 
 
 def section_reference(args) -> float | None:
-    native, hf, mask_id = networks("90%", 4096)
-    cfg = RefusionConfig(gen_length=128, slot_size=8, serial_num_blocks=2, mask_id=mask_id, eos_id=NO_EOS)
-    prompts = make_prompts(3)
-    reference, why = load_reference(args.reference)
-    rows: dict[str, Callable[[], list[list[int]]]] = {
-        "project, native network": lambda: [refusion_decode_row(native, p[None], cfg).token_ids for p in prompts],
-        "project, transformers network": lambda: [refusion_decode_row(hf, p[None], cfg).token_ids for p in prompts],
+    cases = {"regime": "90%", "prompts": 3, "gen_length": 128, "slot_size": 8, "serial_num_blocks": 2}
+    native, hf, mask_id = networks(cases["regime"], 4096)
+    cfg = RefusionConfig(gen_length=cases["gen_length"], slot_size=cases["slot_size"],
+                         serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
+    prompts = make_prompts(cases["prompts"])
+    rows: dict[str, Callable[[], tuple[float, list[list[int]]]]] = {
+        "project, native network": lambda: timed(
+            lambda: [refusion_decode_row(native, p[None], cfg).token_ids for p in prompts]),
+        "project, transformers network": lambda: timed(
+            lambda: [refusion_decode_row(hf, p[None], cfg).token_ids for p in prompts]),
     }
-    if reference is not None:
-        class Tok:
-            eos_token_id = NO_EOS
-
-        def published():
-            outs = []
-            for p in prompts:
-                x, _ = reference(hf.inner, Tok(), p[None], gen_length=128, mask_id=mask_id, slot_size=8,
-                                 serial_num_blocks=2)
-                outs.append(x[0, p.shape[0]:].tolist())
-            return outs
-
-        rows["published decoder"] = published
-    times = {name: [] for name in rows}
-    tokens = {}
-    for name, fn in rows.items():
-        tokens[name] = fn()  # warm-up, and the tokens compared below
+    worker, why = start_published(args, cases)
+    if worker is not None:
+        rows["published decoder"] = worker.round
+    tokens = {name: fn()[1] for name, fn in rows.items()}  # warm-up, and the tokens compared below
+    times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.rounds):
         for name, fn in rows.items():
-            times[name].append(timed(fn)[0])
-    print("\n## 1. same cases (3 prompts, canvas 128, 90% acceptance), wall time per round")
+            seconds, out = fn()
+            times[name].append(seconds)
+            if out != tokens[name]:
+                raise RuntimeError(f"{name}: tokens changed between rounds")
+    if worker is not None:
+        worker.close()
+    print(f"\n## 1. same cases ({cases['prompts']} prompts, canvas {cases['gen_length']}, 90% acceptance), "
+          "wall time per round")
     base = statistics.median(times["project, transformers network"])
     for name in rows:
         same = tokens[name] == tokens["project, transformers network"]
         print(f"  {name:32s} {summary(times[name])}  x{statistics.median(times[name]) / base:.2f} of transformers"
               f"  tokens identical: {same}")
-    if reference is None:
+    if worker is None:
         print(f"  published decoder                skipped ({why})")
         return None
     return statistics.median(times["project, native network"]) / statistics.median(times["published decoder"])
@@ -208,6 +200,8 @@ def main() -> None:
     parser.add_argument("--batch-canvas", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reference", default=None, help="path to a checkout of the published ReFusion code")
+    parser.add_argument("--reference-python", default=None,
+                        help="the Python of an environment the checkout imports in (default: this one)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="which sections to run")
     args = parser.parse_args()

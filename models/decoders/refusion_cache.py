@@ -80,7 +80,8 @@ class NativeStepper:
 
 
 class TransformersStepper:
-    """A transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits, .cache``), one row."""
+    """A transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits, .cache``), one
+    row."""
 
     batch = 1
 

@@ -48,7 +48,8 @@ class Qwen3NetworkConfig:
     def __post_init__(self) -> None:
         check_silu_and_default_rope(self, "Qwen3")
         if self.use_sliding_window:
-            raise ValueError("Qwen3 config: use_sliding_window=True is not supported (buffer reordering needs full attention)")
+            raise ValueError("Qwen3 config: use_sliding_window=True is not supported "
+                             "(buffer reordering needs full attention)")
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(f"Qwen3 config: num_attention_heads {self.num_attention_heads} is not a multiple of "
                              f"num_key_value_heads {self.kv_heads}")
