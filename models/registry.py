@@ -76,7 +76,7 @@ REFUSION_PAPER = {
     }.items()
 }
 
-# LLaDA-1.5's own evaluation (docs/decoders.md §2): (gen, block) per task, one token per step.
+# LLaDA-1.5's own evaluation (docs/decoders.md §2.1): (gen, block) per task, one token per step.
 LLADA_15_PAPER = {
     task: {"gen_length": gen, "block_length": block, "confidence_eos_eot_inf": eos_inf}
     for task, (gen, block, eos_inf) in {
@@ -88,8 +88,8 @@ LLADA_15_PAPER = {
     }.items()
 }
 
-# Dream-Coder's README sampling (temperature 0.1, entropy, top_p 1.0, alg_temp 0, steps = max_new_tokens = 512);
-# its eos_penalty 3.0 has no counterpart in Dream's sampler and is not applied.
+# Dream-Coder's README sampling (docs/decoders.md §3.1: temperature 0.1, entropy, top_p 1.0, alg_temp 0,
+# steps = max_new_tokens = 512); its eos_penalty 3.0 has no counterpart in Dream's sampler and is not applied.
 DREAM_CODER = {"temperature": 0.1, "top_p": 1.0, "alg": "entropy", "alg_temp": 0.0}
 
 # Fast-dLLM's published setting (docs/decoders.md §4) is the Fast-dLLM configs' own default: dual cache + parallel
