@@ -11,7 +11,7 @@ from typing import Any
 SOURCE = "ReFusion paper (arXiv 2512.13586), Table 1: zero-shot, chat template, batch 1, authors' GPU"
 COLUMNS = ("MMLU-Pro", "ARC-C", "GSM8K", "MATH", "GPQA", "HumanEval", "MBPP")
 
-# row -> column -> (accuracy %, tokens/s); transcribed from the paper's table (see the spec's paper_results.md).
+# row -> column -> (accuracy %, tokens/s); transcribed from the ReFusion paper (arXiv 2512.13586), Table 1.
 _TABLE = {
     "Llama-3-8B-Instruct": "35.23/32.07 82.76/44.12 75.13/42.81 25.48/19.73 29.46/42.00 46.34/42.26 53.00/41.68",
     "Qwen3-8B": "67.25/31.42 90.36/42.78 81.96/31.20 83.28/30.11 39.06/30.43 87.80/30.95 63.80/30.07",
