@@ -341,18 +341,16 @@ def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor
         if passes >= ss:
             raise RuntimeError("refusion: in-slot completion did not finish within slot_size passes")
         n_rows, width = rows.shape[0], ss - start
-        groups = [r for r in range(n_rows) for _ in range(width)]
-        owners = [r for r in range(n_rows) for _ in range(start)]
         window_tags = tags[:, start:]
         known = window_tags.bool()
         window_pos = pos[:, start:].reshape(-1)
         masked = torch.where(known, rows[:, start:], cfg.mask_id)
-        logits = yield from _ask(state, Request(masked.reshape(-1), window_pos, groups, base, owners))
+        logits = yield from _ask(state, Request(masked.reshape(-1), window_pos, width, base, start))
         proposals = logits.view(n_rows, width, -1).argmax(-1)
         state.cache.truncate(base + n_rows * start)  # the draft pass must leave nothing behind
         window = torch.where(known, rows[:, start:], proposals)
         rows[:, start:] = window
-        logits = yield from _ask(state, Request(window.reshape(-1), window_pos, groups, base, owners))
+        logits = yield from _ask(state, Request(window.reshape(-1), window_pos, width, base, start))
         passes += 1
         ok = _token_probs(logits.view(n_rows, width, -1), window, shifted=True) > cfg.token_threshold
         ok |= F.pad(window_tags, (1, 0), value=1)[:, :-1].bool()

@@ -8,8 +8,8 @@ buffers, phases and finishing times differ; a finished row leaves the batch (its
 Two implementations of the cache:
   * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
   * ``TransformersStepper``: a transformers causal LM and its ``DynamicCache`` (one row; the comparison path).
-Visibility: every query sees the row's committed buffer; a query in group g also sees the tail entries owned by g and
-the new entries of group g at or before it (in-slot windows). ``groups=None`` means plain causal.
+Visibility (``Request``): plain causal over the whole cache, or in-slot windows: every query sees the row's committed
+buffer, and a query in window g also sees the tail entries owned by g and the entries of window g at or before it.
 """
 
 from __future__ import annotations
@@ -25,13 +25,18 @@ from models.decoders.kv import cache_length, check_plain_cache, drop_last_entrie
 
 @dataclass(frozen=True)
 class Request:
-    """One row's share of a forward: new tokens on top of its cache; ``keep`` > 0 returns only the last ``keep``."""
+    """One row's share of a forward: new tokens on top of its cache; ``keep`` > 0 returns only the last ``keep``.
+
+    ``window`` = 0 is plain causal over the whole cache. ``window`` > 0 is in-slot completion: the new tokens are
+    consecutive windows of that many, one per slot (group); every query sees the first ``committed`` cache entries,
+    the entries after them are each group's own ``owned`` entries in group order, and a query sees its group's
+    entries and its window up to itself."""
 
     ids: Tensor  # [n] long
     positions: Tensor  # [n] long
-    groups: list[int] | None = None  # per new token; None = plain causal over cache + new tokens
-    committed: int = 0  # cache entries every query sees (the committed buffer)
-    owners: list[int] | None = None  # owner group of each cache entry after ``committed``
+    window: int = 0
+    committed: int = 0
+    owned: int = 0
     keep: int = 0
 
 
@@ -123,28 +128,28 @@ class TransformersStepper:
 
 def batch_mask(reqs: list[Request], lengths: list[int], width: int, key_len: int, device: torch.device) -> Tensor:
     """[B, 1, width, key_len] bool for rows holding ``lengths`` entries whose new tokens land at columns length..
-    (padded to ``width``). Each key column carries a group: the committed buffer is seen by every query, a tail entry
-    by the queries of its owner group, a new entry by the queries of its group at or after it (pad queries form a
-    group of their own, so no real query sees a pad). Built from one small tensor per kind, for all rows at once."""
+    (padded to ``width``), all rows at once from five integers each. Every key column gets a group (the committed
+    buffer: seen by all; a tail entry: its owner's; a new entry: its window's, pads a group of their own, so no real
+    query sees a pad) and a query sees its group's tail and new entries at or before it."""
     never, pad = -3, -2
-    query_groups, key_groups, committed = [], [], []
+    shape = []
     for r, n in zip(reqs, lengths):
-        new = [0] * r.ids.shape[0] if r.groups is None else list(r.groups)
-        new += [pad] * (width - len(new))
-        seen = n if r.groups is None else r.committed  # a plain request sees its whole cache
-        owners = [] if r.groups is None else list(r.owners or ())
-        if len(owners) != n - seen:
-            raise RuntimeError(f"refusion: {len(owners)} tail owners for {n - seen} tail entries")
-        query_groups.append(new)
-        key_groups.append([never] * seen + owners + new + [never] * (key_len - n - width))
-        committed.append(seen)
-    starts = torch.tensor([lengths, committed], device=device)[:, :, None, None]  # [2, B, 1, 1]
-    queries = torch.tensor(query_groups, device=device)[:, :, None]  # [B, W, 1]
-    keys = torch.tensor(key_groups, device=device)[:, None, :]  # [B, 1, K]
-    cols = torch.arange(key_len, device=device)
-    rows = torch.arange(width, device=device)[:, None]
-    causal = (cols < starts[0]) | (cols - starts[0] <= rows)  # tail entries, or new entries at or before the query
-    return ((cols < starts[1]) | ((keys == queries) & causal))[:, None]
+        n_new = r.ids.shape[0]
+        if r.window == 0:  # plain causal: one group over the whole cache and the new tokens
+            shape.append((n, n, n_new, n_new, 1))
+            continue
+        if n_new % r.window or n - r.committed != n_new // r.window * r.owned:
+            raise RuntimeError(f"refusion: {n_new} new tokens in windows of {r.window} do not match a tail of "
+                               f"{n - r.committed} entries, {r.owned} per group")
+        shape.append((n, r.committed, n_new, r.window, max(r.owned, 1)))
+    length, seen, n_new, window, owned = torch.tensor(shape, device=device).T[:, :, None, None]  # each [B, 1, 1]
+    q = torch.arange(width, device=device)[:, None]
+    c = torch.arange(key_len, device=device)
+    j = c - length  # the new entry a column holds, when >= 0
+    query_group = torch.where(q < n_new, q // window, pad)
+    key_group = torch.where(c < seen, never, torch.where(c < length, (c - seen) // owned,
+                            torch.where(j < n_new, j // window, torch.where(j < width, pad, never))))
+    return ((c < seen) | ((key_group == query_group) & ((c < length) | (j <= q))))[:, None]
 
 
 def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
@@ -166,7 +171,7 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
             ids[row, :r.ids.shape[0]] = r.ids
             pos[row, :r.ids.shape[0]] = r.positions
         lengths = [stepper.length(row) for row in range(len(live))]
-        plain = all(r.groups is None for r in reqs)
+        plain = all(r.window == 0 for r in reqs)
         mask = None
         if not plain:
             key_len = max(lengths) + width
