@@ -263,6 +263,13 @@ class VLLMAdapter(ModelAdapter):
         return {"engine": {**record, "forward_count": "not reported by the engine"}}
 
     # ---- decoding ------------------------------------------------------------------------------------------
+    def prepare(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> PreparedBatch:
+        """Also brings the server up: the harness times ``decode`` alone, and a cold start (about a minute) must not
+        land in the first timed sample, as loading weights never does for the in-process adapters."""
+        batch = super().prepare(requests, config)
+        self.server(batch.config.decoder)
+        return batch
+
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         """Every request of the batch in flight at once; the server renders the chat, the ids come back."""
         config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
