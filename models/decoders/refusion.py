@@ -190,7 +190,8 @@ def refusion_decode_row(
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
 ) -> RefusionTrace:
-    """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each commit."""
+    """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each
+    commit."""
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
         raise ValueError(f"refusion: prompt_ids must have shape [1, P] with P >= 1, got {tuple(prompt_ids.shape)}")
     return refusion_decode_rows(model, [prompt_ids[0]], cfg, on_commit)[0]
@@ -366,8 +367,9 @@ def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor
         complete = min(counts) == width
         new_start = start + min(counts) - (0 if complete else 1)
         fed = n_rows * start  # where this pass's windows begin in the tail
+        gained = new_start - start  # window entries each slot keeps
         index = [i for r in range(rows.shape[0])
-                 for i in (*range(r * start, (r + 1) * start), *range(fed + r * width, fed + r * width + new_start - start))]
+                 for i in (*range(r * start, (r + 1) * start), *range(fed + r * width, fed + r * width + gained))]
         state.cache.keep_tail(base, index)
         start = new_start
     return rows, passes, eos_row
