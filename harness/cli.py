@@ -163,7 +163,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from harness.errors import RunError
     from models.adapters.engine_server import EngineError
     from models.decoders.contract import ConfigError
-    from models.loading import ModelLoadError
+    from models.sources import ModelLoadError
     from tasks.records import DataError
 
     return (UsageError, RunError, ConfigError, ModelLoadError, DataError, EngineError)

@@ -162,7 +162,7 @@ AdapterFactory = Callable[[dict[str, Any], "torch.device"], "ModelAdapter"]
 
 def load_for_result(result: dict[str, Any], device: "torch.device") -> "ModelAdapter":
     """The adapter a result was made with: its registry name and its weights' dtype."""
-    from models.loading import parse_dtype
+    from models.sources import parse_dtype
     from models.registry import load_adapter, model_names, spec_for
 
     name = result["model"]

@@ -34,7 +34,7 @@ from harness.generation import LoopSettings, generate_batches, resolve_device, w
 from harness.lmeval_speed import SpeedLog
 from harness.timing import peak_memory_bytes
 from models.base import GenerationRequest, Message
-from models.loading import parse_dtype
+from models.sources import parse_dtype
 from models.options import record
 from models.registry import load_adapter, model_names, spec_for
 from tasks.lmeval_bridge import DEFAULT_CANVAS, until_of

@@ -29,7 +29,7 @@ from harness.run_folder import RunFolder, check_writable
 from harness.store import SampleStore, sample_key
 from harness.timing import peak_memory_bytes
 from models.base import GenerationRequest, Message, ModelAdapter
-from models.loading import parse_dtype
+from models.sources import parse_dtype
 from models.options import coerce, record
 from models.adapters.resident import hand_over
 from models.registry import ModelSpec, load_adapter, spec_for

@@ -25,7 +25,7 @@ from models.decoders.sampling import row_seed
 from models.options import leaves, set_options
 
 if TYPE_CHECKING:
-    from models.loading import ModelSource
+    from models.sources import ModelSource
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from models.base import ModelAdapter
-from models.loading import resolve_source
+from models.sources import resolve_source
 
 # kind -> "module:class" of its adapter; imported on demand, so listing the registry stays cheap.
 ADAPTERS = {

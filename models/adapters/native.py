@@ -9,7 +9,7 @@ import torch
 from models.adapters.resident import ResidentWeights
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
-from models.loading import ModelSource, hub_error
+from models.sources import ModelSource, hub_error
 from models.networks.loading import CheckpointError, load_network
 
 

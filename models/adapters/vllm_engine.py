@@ -158,7 +158,7 @@ class VLLMAdapter(ModelAdapter):
     def tokenizer(self):
         from transformers import AutoTokenizer
 
-        from models.loading import hub_error
+        from models.sources import hub_error
 
         try:
             return AutoTokenizer.from_pretrained(self.source.path, revision=self.source.revision)

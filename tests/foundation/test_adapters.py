@@ -10,7 +10,7 @@ import torch
 
 from models.base import GenerationRequest, Message
 from models.decoders.contract import ConfigError
-from models.loading import resolve_source
+from models.sources import resolve_source
 from models.registry import load_adapter, spec_for
 from models.tiny import materialize
 
