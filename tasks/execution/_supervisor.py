@@ -102,6 +102,7 @@ def _isolate_as_root(req: dict, workdir: str, libc, uid: int) -> frozenset:
         iso.hide_directories(libc, [b for b in blocked if b] + [_home(uid), *_HIDDEN_DIRS], keep)
         scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), SANDBOX_UID)
+        iso.private_ptys(libc)
         iso.remount_readonly(libc, keep_writable={workdir, *scratch})
     except OSError as exc:
         raise SetupError(f"filesystem isolation failed as root: {exc}") from None
@@ -119,6 +120,7 @@ def _isolate_in_user_namespace(req: dict, workdir: str, libc, uid: int, gid: int
         iso.hide_directories(libc, [_home(uid), *_HIDDEN_DIRS], keep)
         scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), None)
+        iso.private_ptys(libc)
         iso.remount_readonly(libc, keep_writable={workdir, *scratch})
         flags.add("fs")
     except OSError:
