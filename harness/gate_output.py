@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 
-from harness.gate_power import NOT_GATED_POINTS
+from harness.gate_power import NOT_GATED_POINTS, Power
 from harness.gate_report import GateError, GateReport, GateSettings
 
 
@@ -66,6 +66,14 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+def _detectable(power: Power) -> str:
+    """The smallest significant drop in points; "none" when even losing every item would not be significant, "-"
+    for graded scores (no exact bound)."""
+    if power.test == "none":
+        return "-"
+    return "none" if power.min_drop_points is None else format(power.min_drop_points, ".1f")
+
+
 def report_frame(report: GateReport) -> pd.DataFrame:
     rows = []
     for r in report.rows:
@@ -77,7 +85,7 @@ def report_frame(report: GateReport) -> pd.DataFrame:
             "base %": _fmt(100 * t.baseline, ".2f"),
             "cand %": _fmt(100 * t.candidate, ".2f"),
             "Δ pts": _fmt(t.delta_points, "+.2f"),
-            "min det. pts": _fmt(r.power.min_drop_points, ".1f") if r.power.test != "none" else "-",
+            "min det. pts": _detectable(r.power),
             "r→w/w→r": "-" if t.right_to_wrong is None else f"{t.right_to_wrong}/{t.wrong_to_right}",
             "test": t.test,
             "p": _fmt(t.p_value, ".3g"),

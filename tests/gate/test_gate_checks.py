@@ -70,6 +70,7 @@ def test_too_few_items_for_the_tolerance_are_refused(tmp_path, rf, capsys):
     assert "underpowered: m · gsm8k: 5 paired items" in err and "needs n >= 500" in err
     code, out, _ = gate(capsys, base, cand, "--allow-underpowered")
     assert code == PASS and "-100.00" in out  # p = 0.0625: what the issue saw printed as PASS, now on request only
+    assert " none " in out  # no drop of 5 items is detectable: said so, not shown like a graded score's "-"
 
 
 def test_a_detectable_tolerance_is_accepted_and_printed(tmp_path, rf, capsys):
