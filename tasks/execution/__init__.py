@@ -4,7 +4,7 @@ from tasks.execution.canary import check_canary
 from tasks.execution.limits import SandboxLimits
 from tasks.execution.pool import default_workers, run_programs
 from tasks.execution.result import STATUSES, ExecutionResult, Isolation, SandboxError
-from tasks.execution.runner import probe_isolation, run_program
+from tasks.execution.execute import probe_isolation, run_program
 
 __all__ = [
     "STATUSES",

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 from tasks.execution.limits import SandboxLimits
 from tasks.execution.result import ExecutionResult
-from tasks.execution.runner import execute
+from tasks.execution.execute import execute
 from tasks.execution.zygote import Zygote
 
 

@@ -16,7 +16,7 @@ import pytest
 from tasks.execution import SandboxLimits, probe_isolation, run_programs
 from tasks.execution import _seccomp as seccomp
 from tasks.execution import cgroup
-from tasks.execution.runner import execute
+from tasks.execution.execute import execute
 from tasks.execution.zygote import Zygote
 
 pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="cgroups and seccomp are Linux's")

@@ -33,8 +33,8 @@ from tasks.execution import (
     run_programs,
 )
 from tasks.execution import canary as canary_module
-from tasks.execution import runner
-from tasks.execution.runner import execute
+from tasks.execution import execute as execution
+from tasks.execution.execute import execute
 from tasks.execution.zygote import Zygote
 
 FAST = SandboxLimits(cpu_seconds=1.0, wall_seconds=3.0)
@@ -570,7 +570,7 @@ def test_reports_are_read_strictly():
     token = secrets.token_hex(16)
     with Zygote() as zygote:
         def parse(out: bytes, err: bytes = b"", timed_out: bool = False):
-            return runner._parse_report(runner._Streams(out, err, timed_out), token, 0.1, zygote)
+            return execution._parse_report(execution._Streams(out, err, timed_out), token, 0.1, zygote)
 
         result, flags = parse(f"{token} passed 0.0100 fs,net\nhello\n".encode())
         assert (result.status, result.output_tail, flags) == ("passed", "hello\n", {"fs", "net"})
