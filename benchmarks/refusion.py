@@ -35,7 +35,7 @@ from models.networks.loading import load_network
 from models.tiny import materialize
 from refusion_cases import NO_EOS, biased, make_prompts
 
-TARGETS = {"wall vs published": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
+TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
 
 
 def networks(regime: str, max_pos: int):
@@ -82,8 +82,8 @@ class PublishedWorker:
             raise RuntimeError(last[0].strip())
         return json.loads(line)
 
-    def round(self) -> tuple[float, list[list[int]]]:
-        self.proc.stdin.write("round\n")
+    def round(self, canvas: int) -> tuple[float, list[list[int]]]:
+        self.proc.stdin.write(f"round {canvas}\n")
         self.proc.stdin.flush()
         answer = self._answer()
         return answer["seconds"], answer["tokens"]
@@ -107,41 +107,51 @@ def start_published(args, cases: dict[str, object]) -> tuple[PublishedWorker | N
 
 
 def section_reference(args) -> float | None:
-    cases = {"regime": "90%", "prompts": 3, "gen_length": 128, "slot_size": 8, "serial_num_blocks": 2}
+    """Each canvas: the three decoders on the same prompts, rounds interleaved; the ratio is over all canvases."""
+    cases = {"regime": "90%", "prompts": 3, "slot_size": 8, "serial_num_blocks": 2}
     native, hf, mask_id = networks(cases["regime"], 4096)
-    cfg = RefusionConfig(gen_length=cases["gen_length"], slot_size=cases["slot_size"],
-                         serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
     prompts = make_prompts(cases["prompts"])
-    rows: dict[str, Callable[[], tuple[float, list[list[int]]]]] = {
-        "project, native network": lambda: timed(
-            lambda: [refusion_decode_row(native, p[None], cfg).token_ids for p in prompts]),
-        "project, transformers network": lambda: timed(
-            lambda: [refusion_decode_row(hf, p[None], cfg).token_ids for p in prompts]),
+
+    def project(network, canvas: int) -> tuple[float, list[list[int]]]:
+        cfg = RefusionConfig(gen_length=canvas, slot_size=cases["slot_size"],
+                             serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
+        return timed(lambda: [refusion_decode_row(network, p[None], cfg).token_ids for p in prompts])
+
+    rows: dict[str, Callable[[int], tuple[float, list[list[int]]]]] = {
+        "project, native network": lambda c: project(native, c),
+        "project, transformers network": lambda c: project(hf, c),
     }
     worker, why = start_published(args, cases)
     if worker is not None:
         rows["published decoder"] = worker.round
-    tokens = {name: fn()[1] for name, fn in rows.items()}  # warm-up, and the tokens compared below
-    times: dict[str, list[float]] = {name: [] for name in rows}
+    canvases = args.reference_canvas
+    tokens = {(name, c): fn(c)[1] for c in canvases for name, fn in rows.items()}  # warm-up; compared below
+    times: dict[tuple[str, int], list[float]] = {key: [] for key in tokens}
     for _ in range(args.rounds):
-        for name, fn in rows.items():
-            seconds, out = fn()
-            times[name].append(seconds)
-            if out != tokens[name]:
-                raise RuntimeError(f"{name}: tokens changed between rounds")
+        for c in canvases:
+            for name, fn in rows.items():
+                seconds, out = fn(c)
+                times[name, c].append(seconds)
+                if out != tokens[name, c]:
+                    raise RuntimeError(f"{name}: tokens changed between rounds at canvas {c}")
     if worker is not None:
         worker.close()
-    print(f"\n## 1. same cases ({cases['prompts']} prompts, canvas {cases['gen_length']}, 90% acceptance), "
-          "wall time per round")
-    base = statistics.median(times["project, transformers network"])
-    for name in rows:
-        same = tokens[name] == tokens["project, transformers network"]
-        print(f"  {name:32s} {summary(times[name])}  x{statistics.median(times[name]) / base:.2f} of transformers"
-              f"  tokens identical: {same}")
+    print(f"\n## 1. same cases ({cases['prompts']} prompts, 90% acceptance), wall time per round, by canvas")
+    for c in canvases:
+        base = statistics.median(times["project, transformers network", c])
+        for name in rows:
+            same = tokens[name, c] == tokens["project, transformers network", c]
+            print(f"  {c:5d} {name:30s} {summary(times[name, c])}  x{statistics.median(times[name, c]) / base:.2f}"
+                  f" of transformers  tokens identical: {same}")
     if worker is None:
-        print(f"  published decoder                skipped ({why})")
+        print(f"        published decoder              skipped ({why})")
         return None
-    return statistics.median(times["project, native network"]) / statistics.median(times["published decoder"])
+    total = {name: sum(statistics.median(times[name, c]) for c in canvases) for name in rows}
+    for c in canvases:
+        median = {name: statistics.median(times[name, c]) for name in ("project, native network", "published decoder")}
+        print(f"  canvas {c:5d}: project (native) / published = "
+              f"{median['project, native network'] / median['published decoder']:.2f}")
+    return total["project, native network"] / total["published decoder"]
 
 
 def section_canvas(args) -> float:
@@ -200,6 +210,8 @@ def main() -> None:
     parser.add_argument("--batch-canvas", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reference", default=None, help="path to a checkout of the published ReFusion code")
+    parser.add_argument("--reference-canvas", type=int, nargs="+", default=[128, 512, 1024],
+                        help="canvases of section 1")
     parser.add_argument("--reference-python", default=None,
                         help="the Python of an environment the checkout imports in (default: this one)")
     parser.add_argument("--threads", type=int, default=1)
@@ -208,7 +220,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"# ReFusion benchmark: tiny-refusion, fp32, CPU, {args.threads} thread(s), {args.rounds} rounds")
     with torch.no_grad():
-        ratios = {"wall vs published": section_reference(args) if 1 in args.sections else None,
+        ratios = {"wall vs published (all canvases)": section_reference(args) if 1 in args.sections else None,
                   "per-token 1024/128 at 90%": section_canvas(args) if 2 in args.sections else None,
                   "batch 8 / batch 1 tokens/s": section_batch(args) if 3 in args.sections else None}
     print("\n## targets")

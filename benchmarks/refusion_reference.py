@@ -3,9 +3,9 @@ an environment the published code imports in (it targets transformers 4.x; see d
 
 It loads the checkpoint with the checkout's ``qwen3.modeling_qwen3_refusion.Qwen3ForCausalLM``, wraps it as the
 project side wraps its networks (benchmarks/refusion_cases.py), decodes once (warm-up), prints one JSON line
-``{"ready": true, "tokens": [...]}``, then answers each line ``round`` on stdin with ``{"seconds": s, "tokens": [...]}``
-(the wall time of decoding every prompt once, measured in here) until stdin closes. Rounds are asked for by the
-project side between its own, so the two interleave.
+``{"ready": true, "tokens": [...]}``, then answers each line ``round CANVAS`` on stdin with ``{"seconds": s,
+"tokens": [...]}`` (the wall time of decoding every prompt once at that canvas, measured in here) until stdin
+closes. Rounds are asked for by the project side between its own, so the two interleave.
 
     PY benchmarks/refusion_reference.py --reference CHECKOUT --checkpoint FOLDER [--prompts 3] [--gen-length 128]
 """
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder (config.json + weights)")
     parser.add_argument("--regime", default="90%")
     parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--gen-length", type=int, default=128)
+    parser.add_argument("--gen-length", type=int, default=128, help="canvas of the first (warm-up) decode")
     parser.add_argument("--slot-size", type=int, default=8)
     parser.add_argument("--serial-num-blocks", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
@@ -49,22 +49,23 @@ def main() -> None:
     model = biased(inner, args.regime, 4096, inner.config.vocab_size, mask_id)
     prompts = make_prompts(args.prompts)
 
-    def decode() -> list[list[int]]:
+    def decode(canvas: int) -> list[list[int]]:
         outs = []
         for p in prompts:
-            x, _ = generate.generate_refusion(model, _Tokenizer(), p[None], gen_length=args.gen_length,
+            x, _ = generate.generate_refusion(model, _Tokenizer(), p[None], gen_length=canvas,
                                               mask_id=mask_id, slot_size=args.slot_size,
                                               serial_num_blocks=args.serial_num_blocks)
             outs.append(x[0, p.shape[0]:].tolist())
         return outs
 
     with torch.no_grad():
-        print(json.dumps({"ready": True, "tokens": decode()}), file=answers, flush=True)
+        print(json.dumps({"ready": True, "tokens": decode(args.gen_length)}), file=answers, flush=True)
         for line in sys.stdin:
-            if line.strip() != "round":
+            word, _, canvas = line.partition(" ")
+            if word != "round":
                 continue
             t0 = time.perf_counter()
-            tokens = decode()
+            tokens = decode(int(canvas))
             print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": tokens}), file=answers, flush=True)
 
 

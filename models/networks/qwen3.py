@@ -116,10 +116,8 @@ class Qwen3Layer(nn.Module):
 
 def default_causal_mask(lengths: list[int], n_new: int, key_len: int, device: torch.device) -> Tensor:
     """[B, 1, Q, K] bool: row b's query i sees its cached entries and new entries 0..i (its columns lengths[b]+...)."""
-    starts = torch.tensor(lengths, device=device)[:, None, None]
-    cols = torch.arange(key_len, device=device)[None, None, :]
-    rows = torch.arange(n_new, device=device)[None, :, None]
-    return ((cols < starts) | ((cols >= starts) & (cols <= starts + rows)))[:, None]
+    last = torch.tensor(lengths, device=device)[:, None, None] + torch.arange(n_new, device=device)[:, None]
+    return (torch.arange(key_len, device=device) <= last)[:, None]  # the cache, then new entries up to itself
 
 
 def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -127,7 +125,8 @@ def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
     forward instead of once per layer: at batch 8 that conversion was a sixth of a tiny network's forward."""
     if mask.is_floating_point():
         return mask.to(dtype)
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+    zero, blocked = (torch.tensor(v, dtype=dtype, device=mask.device) for v in (0.0, float("-inf")))
+    return torch.where(mask, zero, blocked)
 
 
 class Qwen3Network(nn.Module):
