@@ -234,6 +234,16 @@ def private_ptys(libc: Libc) -> str:
     return "private"
 
 
+KERNEL_LOG = "/dev/kmsg"
+
+
+def hide_kernel_log(libc: Libc) -> None:
+    """/dev/null over /dev/kmsg: the kernel log names other programs' crashes and OOM kills, and is mode 644 (only
+    the host's dmesg_restrict keeps it closed, and not every machine sets it)."""
+    if os.path.exists(KERNEL_LOG):
+        libc.mount(os.devnull, KERNEL_LOG, None, MS_BIND)
+
+
 def mount_proc(libc: Libc) -> None:
     """A /proc that shows only this pid namespace: the harness and its environment are not there."""
     libc.mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)

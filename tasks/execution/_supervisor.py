@@ -103,6 +103,7 @@ def _isolate_as_root(req: dict, workdir: str, libc, uid: int) -> frozenset:
         scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), SANDBOX_UID)
         iso.private_ptys(libc)
+        iso.hide_kernel_log(libc)
         iso.remount_readonly(libc, keep_writable={workdir, *scratch})
     except OSError as exc:
         raise SetupError(f"filesystem isolation failed as root: {exc}") from None
@@ -121,6 +122,7 @@ def _isolate_in_user_namespace(req: dict, workdir: str, libc, uid: int, gid: int
         scratch = iso.hide_directories(libc, list(_SCRATCH_DIRS), keep, _scratch_options(req))
         iso.mount_workdir(libc, workdir, int(req["max_disk_bytes"]), None)
         iso.private_ptys(libc)
+        iso.hide_kernel_log(libc)
         iso.remount_readonly(libc, keep_writable={workdir, *scratch})
         flags.add("fs")
     except OSError:

@@ -274,6 +274,19 @@ def test_a_pty_of_one_program_cannot_be_opened_by_another(force_userns):
     assert "opened [] ['ptmx']" in looked.output_tail  # its own devpts: no other program's terminal in it
 
 
+@PATHS
+def test_the_kernel_log_is_empty_inside(force_userns):
+    # /dev/kmsg is mode 644 and names other programs' segfaults and OOM kills; only dmesg_restrict closes it.
+    reader = (
+        "import os\n"
+        "fd = os.open('/dev/kmsg', os.O_RDONLY | os.O_NONBLOCK)\n"
+        "print('read', repr(os.read(fd, 4096)))\n"
+    )
+    (read, flags), = _run_together([reader], force_userns)
+    _skip_without("fs", flags, force_userns)
+    assert read.status == "passed" and "read b''" in read.output_tail, read.output_tail
+
+
 LOCK_FILES = "import os, re, typing\nfiles = [os.__file__, re.__file__, typing.__file__]\n"  # readable by every program
 
 
