@@ -33,26 +33,29 @@ import torch
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
-from refusion_cases import NO_EOS, biased, make_prompts
+from refusion_cases import NO_EOS, biased, make_prompts, synchronized
 
 TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
 
 
-def networks(regime: str, max_pos: int):
+def networks(regime: str, max_pos: int, args):
     folder = materialize("tiny-refusion")
     from transformers import Qwen3ForCausalLM
     from transformers.utils import logging
 
     logging.disable_progress_bar()
-    hf = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    native = load_network(folder, "qwen3", dtype=torch.float32)
+    dtype = getattr(torch, args.dtype)
+    hf = Qwen3ForCausalLM.from_pretrained(folder, dtype=dtype).to(args.device).eval()
+    native = load_network(folder, "qwen3", dtype=dtype).to(args.device)
     vocab, mask_id = hf.config.vocab_size, hf.config.mask_token_id
     return biased(native, regime, max_pos, vocab, mask_id), biased(hf, regime, max_pos, vocab, mask_id), mask_id
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
+def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:
+    synchronized(device)
     t0 = time.perf_counter()
     out = fn()
+    synchronized(device)
     return time.perf_counter() - t0, out
 
 
@@ -64,12 +67,12 @@ class PublishedWorker:
     """benchmarks/refusion_reference.py in a subprocess (the published code's own Python), asked for one timed
     round at a time so its rounds interleave with the project's."""
 
-    def __init__(self, python: str, checkout: str, cases: dict[str, object], threads: int) -> None:
+    def __init__(self, python: str, checkout: str, cases: dict[str, object]) -> None:
         self.log = tempfile.TemporaryFile(mode="w+")
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in cases.items()]
         self.proc = subprocess.Popen(
             [python, str(Path(__file__).with_name("refusion_reference.py")), f"--reference={checkout}",
-             f"--checkpoint={materialize('tiny-refusion')}", f"--threads={threads}", *flags],
+             f"--checkpoint={materialize('tiny-refusion')}", *flags],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.tokens = self._answer()["tokens"]
 
@@ -101,7 +104,8 @@ def start_published(args, cases: dict[str, object]) -> tuple[PublishedWorker | N
     if not (Path(args.reference) / "generate.py").is_file():
         return None, f"no generate.py in {args.reference}"
     try:
-        return PublishedWorker(args.reference_python or sys.executable, args.reference, cases, args.threads), ""
+        cases = {**cases, "device": args.device, "dtype": args.dtype, "threads": args.threads}
+        return PublishedWorker(args.reference_python or sys.executable, args.reference, cases), ""
     except RuntimeError as error:  # the checkout does not import in that environment (it targets transformers 4.x)
         return None, str(error)
 
@@ -109,13 +113,13 @@ def start_published(args, cases: dict[str, object]) -> tuple[PublishedWorker | N
 def section_reference(args) -> float | None:
     """Each canvas: the three decoders on the same prompts, rounds interleaved; the ratio is over all canvases."""
     cases = {"regime": "90%", "prompts": 3, "slot_size": 8, "serial_num_blocks": 2}
-    native, hf, mask_id = networks(cases["regime"], 4096)
-    prompts = make_prompts(cases["prompts"])
+    native, hf, mask_id = networks(cases["regime"], 4096, args)
+    prompts = make_prompts(cases["prompts"], args.device)
 
     def project(network, canvas: int) -> tuple[float, list[list[int]]]:
         cfg = RefusionConfig(gen_length=canvas, slot_size=cases["slot_size"],
                              serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
-        return timed(lambda: [refusion_decode_row(network, p[None], cfg).token_ids for p in prompts])
+        return timed(lambda: [refusion_decode_row(network, p[None], cfg).token_ids for p in prompts], args.device)
 
     rows: dict[str, Callable[[int], tuple[float, list[list[int]]]]] = {
         "project, native network": lambda c: project(native, c),
@@ -159,8 +163,8 @@ def section_canvas(args) -> float:
     print("  regime    " + "".join(f"{c:>22d}" for c in args.canvas))
     per_token = {}
     for regime in ("all", "90%", "random"):
-        native, _, mask_id = networks(regime, 4096)
-        prompt = make_prompts(1)[0]
+        native, _, mask_id = networks(regime, 4096, args)
+        prompt = make_prompts(1, args.device)[0]
         cfgs = {c: RefusionConfig(gen_length=c, slot_size=8, serial_num_blocks=2, mask_id=mask_id, eos_id=NO_EOS)
                 for c in args.canvas}
         times = {c: [] for c in args.canvas}
@@ -168,7 +172,8 @@ def section_canvas(args) -> float:
             refusion_decode_row(native, prompt[None], cfgs[c])  # warm-up
         for _ in range(args.rounds):
             for c in args.canvas:
-                times[c].append(timed(lambda: refusion_decode_row(native, prompt[None], cfgs[c]))[0] / c * 1e3)
+                seconds, _ = timed(lambda: refusion_decode_row(native, prompt[None], cfgs[c]), args.device)
+                times[c].append(seconds / c * 1e3)
         per_token[regime] = {c: statistics.median(t) for c, t in times.items()}
         cells = "".join(f"{statistics.median(t):9.3f} [{min(t):.2f}-{max(t):.2f}]" for t in times.values())
         print(f"  {regime:8s}{cells}")
@@ -179,10 +184,10 @@ def section_canvas(args) -> float:
 def section_batch(args) -> float | None:
     """Every batch size decodes the same prompts (as many as the largest batch), in consecutive batches of that size,
     so the rates compare one workload run at different batch sizes."""
-    native, _, mask_id = networks("90%", 4096)
+    native, _, mask_id = networks("90%", 4096, args)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)
-    prompts = make_prompts(max(args.batches))
+    prompts = make_prompts(max(args.batches), args.device)
 
     def run(b: int) -> None:
         for i in range(0, len(prompts), b):
@@ -193,7 +198,7 @@ def section_batch(args) -> float | None:
         refusion_decode_rows(native, prompts[:b], cfg)  # warm-up
     for _ in range(args.rounds):
         for b in args.batches:
-            times[b].append(timed(lambda: run(b))[0])
+            times[b].append(timed(lambda: run(b), args.device)[0])
     print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts, canvas {args.batch_canvas}, 90% acceptance, native "
           "network)")
     rate = {}
@@ -215,10 +220,13 @@ def main() -> None:
     parser.add_argument("--reference-python", default=None,
                         help="the Python of an environment the checkout imports in (default: this one)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="which sections to run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"# ReFusion benchmark: tiny-refusion, fp32, CPU, {args.threads} thread(s), {args.rounds} rounds")
+    print(f"# ReFusion benchmark: tiny-refusion, {args.dtype}, {args.device}, {args.threads} thread(s), "
+          f"{args.rounds} rounds")
     with torch.no_grad():
         ratios = {"wall vs published (all canvases)": section_reference(args) if 1 in args.sections else None,
                   "per-token 1024/128 at 90%": section_canvas(args) if 2 in args.sections else None,

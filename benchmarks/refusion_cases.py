@@ -57,10 +57,16 @@ def biased(inner: torch.nn.Module, regime: str, max_pos: int, vocab: int, mask_i
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     bias = 0.0 if regime == "random" else 60.0
     reject = torch.rand(max_pos, generator=torch.Generator().manual_seed(0)) < (0.1 if regime == "90%" else 0.0)
-    return Biased(inner, mask_id, vocab, bias, reject)
+    return Biased(inner, mask_id, vocab, bias, reject.to(next(inner.parameters()).device))
 
 
-def make_prompts(n: int, vocab: int = 500) -> list[torch.Tensor]:
-    """n prompts of 12..51 ids, the same for every caller (seeded)."""
+def make_prompts(n: int, device: str = "cpu", vocab: int = 500) -> list[torch.Tensor]:
+    """n prompts of 12..51 ids, the same for every caller (seeded on the CPU)."""
     g = torch.Generator().manual_seed(1)
-    return [torch.randint(0, vocab, (int(12 + 17 * i % 40),), generator=g) for i in range(n)]
+    return [torch.randint(0, vocab, (int(12 + 17 * i % 40),), generator=g).to(device) for i in range(n)]
+
+
+def synchronized(device: str) -> None:
+    """Wait for the accelerator, so a wall clock read after it covers the work queued before it."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from refusion_cases import NO_EOS, biased, make_prompts
+from refusion_cases import NO_EOS, biased, make_prompts, synchronized
 
 
 class _Tokenizer:
@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--slot-size", type=int, default=8)
     parser.add_argument("--serial-num-blocks", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     answers, sys.stdout = sys.stdout, sys.stderr  # the published code prints; only answers go to stdout
@@ -44,10 +46,11 @@ def main() -> None:
     import generate  # the published module, from the checkout
     from qwen3.modeling_qwen3_refusion import Qwen3ForCausalLM
 
-    inner = Qwen3ForCausalLM.from_pretrained(args.checkpoint, torch_dtype=torch.float32).eval()
+    inner = Qwen3ForCausalLM.from_pretrained(args.checkpoint, torch_dtype=getattr(torch, args.dtype))
+    inner = inner.to(args.device).eval()
     mask_id = inner.config.mask_token_id
     model = biased(inner, args.regime, 4096, inner.config.vocab_size, mask_id)
-    prompts = make_prompts(args.prompts)
+    prompts = make_prompts(args.prompts, args.device)
 
     def decode(canvas: int) -> list[list[int]]:
         outs = []
@@ -64,8 +67,10 @@ def main() -> None:
             word, _, canvas = line.partition(" ")
             if word != "round":
                 continue
+            synchronized(args.device)
             t0 = time.perf_counter()
             tokens = decode(int(canvas))
+            synchronized(args.device)
             print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": tokens}), file=answers, flush=True)
 
 
