@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import Callable, Generator, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
@@ -156,11 +155,16 @@ def _ask(state: _State, request: Request) -> Generator[Request, Tensor, Tensor]:
     return logits
 
 
-def _token_probs(logits: torch.Tensor, tokens: torch.Tensor, shifted: bool) -> torch.Tensor:
-    """Probability of each token, in the logits' dtype; shifted: row j-1 scores token j (row 0 scores itself)."""
-    if shifted:
-        logits = torch.cat([logits[..., :1, :], logits[..., :-1, :]], dim=-2)
+def _probs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Probability of each token under its own row of logits, in the logits' dtype."""
     return torch.softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _next_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[..., n] tokens fed with their [..., n, V] logits -> [..., n-1]: the probability the output before each token
+    after the first gives it (the shifted read of verification). The first token is accepted by force wherever this
+    is read, so its row is never scored."""
+    return _probs_of(logits[..., :-1, :], tokens[..., 1:])
 
 
 def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -275,10 +279,8 @@ def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: R
         request = Request(ids, pos)
     logits = yield from _ask(state, request)
     state.cache.truncate(base)
-    draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1)
-    conf = _token_probs(logits, draft, shifted=False).view(n_slots, ss)
-    draft = draft.view(n_slots, ss)
-    first_scores = conf[:, 0]
+    draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1).view(n_slots, ss)
+    first_scores = _probs_of(logits.view(n_slots, ss, -1)[:, 0], draft[:, 0])  # the only probabilities read here
     chosen_t = (first_scores > cfg.slot_threshold).nonzero().flatten()
     if chosen_t.numel() == 0:
         chosen_t = first_scores.argmax().view(1)
@@ -288,14 +290,10 @@ def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: R
     # (B) global verification of the concatenated drafts (shifted probabilities).
     blocks, block_pos = draft[chosen_t], slot_pos[chosen_t]
     logits = yield from _ask(state, Request(blocks.view(-1), block_pos.view(-1)))
-    scores = conf[chosen_t]  # advanced indexing copies
-    scores[:, 1:] = _token_probs(logits, blocks.view(-1), shifted=True).view(k, ss)[:, 1:]
-    accept = scores > cfg.token_threshold
-    accept[:, 0] = True
-    tags = accept.to(torch.long).cumprod(-1)
-    flat_tokens, flat_accept = torch.stack([blocks.view(-1), accept.view(-1).to(torch.long)]).tolist()
+    accept = torch.ones(k, ss, dtype=torch.bool, device=device)  # a slot's first token is accepted by force
+    accept[:, 1:] = _next_probs(logits.view(k, ss, -1), blocks) > cfg.token_threshold
+    flat_tokens, flat_accept, flat_pos = torch.stack([blocks, accept.to(torch.long), block_pos]).view(3, -1).tolist()
     prefix = next((i for i, a in enumerate(flat_accept) if not a), len(flat_accept))
-    flat_pos = block_pos.view(-1).tolist()
     eos_at = next((i for i in range(prefix) if flat_tokens[i] == cfg.eos_id), None)
     if eos_at is not None or prefix >= ss:
         n_commit = eos_at + 1 if eos_at is not None else prefix // ss * ss
@@ -310,6 +308,7 @@ def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: R
 
     # (C) parallel in-slot completion of the chosen slots, on the one cache row.
     state.cache.truncate(base)
+    tags = accept.to(torch.long).cumprod(-1)
     rows, passes, eos_row = yield from _complete_slots(state, blocks, block_pos, tags, cfg)
     flat = rows.view(-1).tolist()
     n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
@@ -353,8 +352,8 @@ def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor
         rows[:, start:] = window
         logits = yield from _ask(state, Request(window.reshape(-1), window_pos, width, base, start))
         passes += 1
-        ok = _token_probs(logits.view(n_rows, width, -1), window, shifted=True) > cfg.token_threshold
-        ok |= F.pad(window_tags, (1, 0), value=1)[:, :-1].bool()
+        ok = torch.ones(n_rows, width, dtype=torch.bool, device=window.device)  # the first follows an accepted one
+        ok[:, 1:] = (_next_probs(logits.view(n_rows, width, -1), window) > cfg.token_threshold) | known[:, :-1]
         new_tags = ok.to(torch.long).cumprod(-1)
         tags[:, start:] = new_tags
         has_eos = ((window == cfg.eos_id) & new_tags.bool()).any(-1)

@@ -19,6 +19,7 @@ from typing import Any, Generator, Protocol
 
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 
 from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
 
@@ -165,11 +166,8 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
     while live:
         reqs = [pending[i] for i in live]
         width = max(r.ids.shape[0] for r in reqs)
-        ids = torch.zeros(len(live), width, dtype=torch.long, device=device)
-        pos = torch.zeros(len(live), width, dtype=torch.long, device=device)
-        for row, r in enumerate(reqs):
-            ids[row, :r.ids.shape[0]] = r.ids
-            pos[row, :r.ids.shape[0]] = r.positions
+        ids = pad_sequence([r.ids for r in reqs], batch_first=True)  # [rows, width], pads 0 after each row's ids
+        pos = pad_sequence([r.positions for r in reqs], batch_first=True)
         lengths = [stepper.length(row) for row in range(len(live))]
         plain = all(r.window == 0 for r in reqs)
         mask = None
