@@ -93,10 +93,15 @@ class Qwen3Attention(nn.Module):
         q, k = apply_rope(q, cos, sin, q.dtype), apply_rope(k, cos, sin, k.dtype)
         if cache is not None:
             k, v = cache.store(layer, plan, k, v)
-        # Grouped-query heads are matched inside SDPA (q-head j on kv head j // (n_heads / n_kv)), with the same
-        # result as repeating them and without copying the cache's keys and values per call.
+        # Grouped-query heads: q-head j uses kv head j // (n_heads / n_kv). On the CPU SDPA matches them itself
+        # (the same result, no copy of the cache's keys and values per call); CUDA's fused kernels do not take
+        # enable_gqa together with a mask (SDPA would fall back to its math kernel), so there they are repeated.
+        gqa = self.n_heads != self.n_kv
+        if gqa and q.device.type != "cpu":
+            rep = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None,
-                                             enable_gqa=self.n_heads != self.n_kv)
+                                             enable_gqa=gqa and q.device.type == "cpu")
         return self.o_proj(merge_heads(out))
 
 
