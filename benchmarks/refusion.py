@@ -19,13 +19,9 @@ Sections:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -34,6 +30,7 @@ from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusi
 from models.networks.loading import load_network
 from models.tiny import materialize
 from refusion_cases import NO_EOS, biased, make_prompts, synchronized
+from refusion_published import PublishedUnavailable, PublishedWorker
 
 TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
 
@@ -63,50 +60,14 @@ def summary(times: list[float]) -> str:
     return f"{statistics.median(times):8.3f}s [{min(times):.3f}-{max(times):.3f}]"
 
 
-class PublishedWorker:
-    """benchmarks/refusion_reference.py in a subprocess (the published code's own Python), asked for one timed
-    round at a time so its rounds interleave with the project's."""
-
-    def __init__(self, python: str, checkout: str, cases: dict[str, object]) -> None:
-        self.log = tempfile.TemporaryFile(mode="w+")
-        flags = [f"--{k.replace('_', '-')}={v}" for k, v in cases.items()]
-        self.proc = subprocess.Popen(
-            [python, str(Path(__file__).with_name("refusion_reference.py")), f"--reference={checkout}",
-             f"--checkpoint={materialize('tiny-refusion')}", *flags],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
-        self.tokens = self._answer()["tokens"]
-
-    def _answer(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            self.log.seek(0)
-            last = [x for x in self.log.read().splitlines() if x.strip()][-1:] or [f"exit {self.proc.returncode}"]
-            raise RuntimeError(last[0].strip())
-        return json.loads(line)
-
-    def round(self, canvas: int) -> tuple[float, list[list[int]]]:
-        self.proc.stdin.write(f"round {canvas}\n")
-        self.proc.stdin.flush()
-        answer = self._answer()
-        return answer["seconds"], answer["tokens"]
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-        self.log.close()
-
-
-def start_published(args, cases: dict[str, object]) -> tuple[PublishedWorker | None, str]:
+def start_published(args, prompts: int) -> tuple[PublishedWorker | None, str]:
     """The published decoder's worker, or (None, why not)."""
     if not args.reference:
         return None, "no --reference given"
-    if not (Path(args.reference) / "generate.py").is_file():
-        return None, f"no generate.py in {args.reference}"
     try:
-        cases = {**cases, "device": args.device, "dtype": args.dtype, "threads": args.threads}
-        return PublishedWorker(args.reference_python or sys.executable, args.reference, cases), ""
-    except RuntimeError as error:  # the checkout does not import in that environment (it targets transformers 4.x)
+        return PublishedWorker(args.reference_python or sys.executable, args.reference, materialize("tiny-refusion"),
+                               prompts=prompts, device=args.device, dtype=args.dtype, threads=args.threads), ""
+    except PublishedUnavailable as error:  # e.g. the checkout does not import here (it targets transformers 4.x)
         return None, str(error)
 
 
@@ -125,9 +86,14 @@ def section_reference(args) -> float | None:
         "project, native network": lambda c: project(native, c),
         "project, transformers network": lambda c: project(hf, c),
     }
-    worker, why = start_published(args, cases)
+    worker, why = start_published(args, cases["prompts"])
     if worker is not None:
-        rows["published decoder"] = worker.round
+        def published(canvas: int) -> tuple[float, list[list[int]]]:
+            answer = worker.decode(canvas, cases["regime"], slot_size=cases["slot_size"],
+                                   serial_num_blocks=cases["serial_num_blocks"])
+            return answer.seconds, answer.tokens
+
+        rows["published decoder"] = published
     canvases = args.reference_canvas
     tokens = {(name, c): fn(c)[1] for c in canvases for name, fn in rows.items()}  # warm-up; compared below
     times: dict[tuple[str, int], list[float]] = {key: [] for key in tokens}

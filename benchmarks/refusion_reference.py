@@ -1,13 +1,15 @@
-"""Worker for benchmarks/refusion.py: the published ReFusion decoder on its own network class, run with the Python of
-an environment the published code imports in (it targets transformers 4.x; see docs/benchmarks.md for one).
+"""Worker for benchmarks/refusion.py and tests/decoders/test_refusion_published.py: the published ReFusion decoder on
+its own network class, run with the Python of an environment the published code imports in (it targets
+transformers 4.x; docs/benchmarks.md gives one).
 
-It loads the checkpoint with the checkout's ``qwen3.modeling_qwen3_refusion.Qwen3ForCausalLM``, wraps it as the
-project side wraps its networks (benchmarks/refusion_cases.py), decodes once (warm-up), prints one JSON line
-``{"ready": true, "tokens": [...]}``, then answers each line ``round CANVAS`` on stdin with ``{"seconds": s,
-"tokens": [...]}`` (the wall time of decoding every prompt once at that canvas, measured in here) until stdin
-closes. Rounds are asked for by the project side between its own, so the two interleave.
+It loads the checkpoint with the checkout's ``qwen3.modeling_qwen3_refusion.Qwen3ForCausalLM``, prints one JSON line
+``{"ready": true}``, then answers each JSON line on stdin, a case such as ``{"canvas": 128, "regime": "90%"}`` (and
+optionally ``slot_size``, ``serial_num_blocks``, ``slot_threshold``, ``token_threshold``), by decoding every prompt
+once with the network wrapped as the project side wraps its own (benchmarks/refusion_cases.py) and printing
+``{"seconds": s, "tokens": [...], "forwards": [...]}``: the wall time of the decode measured in here, and per prompt
+the generated ids and the network calls. A caller asks for one case at a time, so its own rounds interleave.
 
-    PY benchmarks/refusion_reference.py --reference CHECKOUT --checkpoint FOLDER [--prompts 3] [--gen-length 128]
+    PY benchmarks/refusion_reference.py --reference CHECKOUT --checkpoint FOLDER [--prompts 3]
 """
 
 from __future__ import annotations
@@ -31,11 +33,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", required=True, help="checkout of the published ReFusion code")
     parser.add_argument("--checkpoint", required=True, help="checkpoint folder (config.json + weights)")
-    parser.add_argument("--regime", default="90%")
     parser.add_argument("--prompts", type=int, default=3)
-    parser.add_argument("--gen-length", type=int, default=128, help="canvas of the first (warm-up) decode")
-    parser.add_argument("--slot-size", type=int, default=8)
-    parser.add_argument("--serial-num-blocks", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
@@ -48,30 +46,38 @@ def main() -> None:
 
     inner = Qwen3ForCausalLM.from_pretrained(args.checkpoint, torch_dtype=getattr(torch, args.dtype))
     inner = inner.to(args.device).eval()
-    mask_id = inner.config.mask_token_id
-    model = biased(inner, args.regime, 4096, inner.config.vocab_size, mask_id)
+    calls = [0]
+    inner.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    mask_id, vocab = inner.config.mask_token_id, inner.config.vocab_size
+    wrapped = {}
     prompts = make_prompts(args.prompts, args.device)
 
-    def decode(canvas: int) -> list[list[int]]:
-        outs = []
+    def decode(case: dict) -> tuple[list[list[int]], list[int]]:
+        regime = case.get("regime", "90%")
+        model = wrapped.setdefault(regime, biased(inner, regime, 4096, vocab, mask_id))
+        options = {k: case[k] for k in ("slot_size", "serial_num_blocks", "slot_threshold", "token_threshold")
+                   if k in case}
+        outs, forwards = [], []
         for p in prompts:
-            x, _ = generate.generate_refusion(model, _Tokenizer(), p[None], gen_length=canvas,
-                                              mask_id=mask_id, slot_size=args.slot_size,
-                                              serial_num_blocks=args.serial_num_blocks)
+            calls[0] = 0
+            x, _ = generate.generate_refusion(model, _Tokenizer(), p[None], gen_length=case["canvas"],
+                                              mask_id=mask_id, **options)
             outs.append(x[0, p.shape[0]:].tolist())
-        return outs
+            forwards.append(calls[0])
+        return outs, forwards
 
+    print(json.dumps({"ready": True}), file=answers, flush=True)
     with torch.no_grad():
-        print(json.dumps({"ready": True, "tokens": decode(args.gen_length)}), file=answers, flush=True)
         for line in sys.stdin:
-            word, _, canvas = line.partition(" ")
-            if word != "round":
+            if not line.strip():
                 continue
+            case = json.loads(line)
             synchronized(args.device)
             t0 = time.perf_counter()
-            tokens = decode(int(canvas))
+            tokens, forwards = decode(case)
             synchronized(args.device)
-            print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": tokens}), file=answers, flush=True)
+            print(json.dumps({"seconds": time.perf_counter() - t0, "tokens": tokens, "forwards": forwards}),
+                  file=answers, flush=True)
 
 
 if __name__ == "__main__":
