@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.execution import SandboxLimits, probe_isolation, run_programs
+from tasks.execution import SandboxLimits, run_programs
 from tasks.execution import cgroup
 from tasks.execution.execute import execute
 from tasks.execution.zygote import Zygote
@@ -22,11 +22,6 @@ pytestmark = pytest.mark.skipif(not os.uname().sysname == "Linux", reason="cgrou
 
 TIGHT = SandboxLimits(cpu_seconds=3.0, wall_seconds=10.0, memory_bytes=128 << 20, max_processes=16)
 FAST = SandboxLimits(cpu_seconds=1.0, wall_seconds=4.0)
-
-
-@pytest.fixture(scope="module")
-def isolation():
-    return probe_isolation()
 
 
 @pytest.fixture(scope="module")
