@@ -86,8 +86,7 @@ class NativeStepper:
 
 
 class TransformersStepper:
-    """A transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits, .cache``), one
-    row."""
+    """One row on a transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits``)."""
 
     batch = 1
 
@@ -133,17 +132,17 @@ def batch_mask(reqs: list[Request], lengths: list[int], width: int, key_len: int
     buffer: seen by all; a tail entry: its owner's; a new entry: its window's, pads a group of their own, so no real
     query sees a pad) and a query sees its group's tail and new entries at or before it."""
     never, pad = -3, -2
-    shape = []
+    layout = []  # per row: cache length, entries all see, new tokens, window, tail entries per group
     for r, n in zip(reqs, lengths):
         n_new = r.ids.shape[0]
         if r.window == 0:  # plain causal: one group over the whole cache and the new tokens
-            shape.append((n, n, n_new, n_new, 1))
+            layout.append((n, n, n_new, n_new, 1))
             continue
         if n_new % r.window or n - r.committed != n_new // r.window * r.owned:
             raise RuntimeError(f"refusion: {n_new} new tokens in windows of {r.window} do not match a tail of "
                                f"{n - r.committed} entries, {r.owned} per group")
-        shape.append((n, r.committed, n_new, r.window, max(r.owned, 1)))
-    length, seen, n_new, window, owned = torch.tensor(shape, device=device).T[:, :, None, None]  # each [B, 1, 1]
+        layout.append((n, r.committed, n_new, r.window, max(r.owned, 1)))
+    length, seen, n_new, window, owned = torch.tensor(layout, device=device).T[:, :, None, None]  # each [B, 1, 1]
     q = torch.arange(width, device=device)[:, None]
     c = torch.arange(key_len, device=device)
     j = c - length  # the new entry a column holds, when >= 0
