@@ -6,8 +6,9 @@ Every decoder row runs on the same networks and prompts, for several canvas leng
   * ``confident``: the same network with a large bias on a fixed answer (a mask at p -> f(p), a token at p -> f(p+1)),
     so every slot is chosen and accepted by the first verification: ReFusion's best case, 2 forwards per serial block.
 Canvases are filled completely (the end-of-sequence id is one the network cannot produce), one warm-up decode per
-(network, canvas, decoder) is excluded, and the device is synchronised around every network call so time inside
-and outside the network can be told apart.
+(network, canvas, decoder) is excluded, the rows of one network and canvas run in ``--rounds`` interleaved rounds
+(figures are medians, with the min-max of time per token), and the device is synchronised around every network call
+so time inside and outside the network can be told apart.
 
 Targets (printed as PASS/FAIL):
   * ReFusion spends < 20% of its decode time outside network forwards at canvas 512;
@@ -16,6 +17,7 @@ Targets (printed as PASS/FAIL):
     (time/token at 1024 over time/token at 128 <= 1.5).
 
     python benchmarks/decoders.py [--device cuda] [--dtype bfloat16] [--canvas 128 256 512 1024] [--prompts 3]
+                                  [--rounds 3]
 
 LLaDA and Dream, plain and with Fast-dLLM's prefix cache, dual cache and threshold (block 32), run as further rows
 at ``--diffusion-canvas`` (512) on native networks of the same size, compared with the same AR baseline. On the CPU
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -156,17 +159,19 @@ def diffusion_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
 # ---- measurement ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Measurement:
+    """One decoder row over ``rounds`` interleaved rounds (every prompt once per round); figures are medians."""
+
     network: str
     canvas: int
     decoder: str
-    tokens: int
-    forwards: int
-    seconds: float
-    forward_seconds: float
+    tokens: int  # per round
+    forwards: int  # per round
+    seconds: tuple[float, ...]  # per round
+    forward_seconds: tuple[float, ...]  # per round
 
     @property
     def tokens_per_second(self) -> float:
-        return self.tokens / self.seconds
+        return self.tokens / statistics.median(self.seconds)
 
     @property
     def forwards_per_token(self) -> float:
@@ -174,39 +179,51 @@ class Measurement:
 
     @property
     def outside_share(self) -> float:
-        return max(0.0, 1.0 - self.forward_seconds / self.seconds)
+        return statistics.median(max(0.0, 1.0 - f / s) for f, s in zip(self.forward_seconds, self.seconds))
 
     @property
     def ms_per_token(self) -> float:
-        return 1000.0 * self.seconds / self.tokens
+        return 1000.0 * statistics.median(self.seconds) / self.tokens
+
+    @property
+    def ms_range(self) -> str:
+        return f"{1000.0 * min(self.seconds) / self.tokens:.3f}-{1000.0 * max(self.seconds) / self.tokens:.3f}"
 
 
 @torch.inference_mode()
-def measure(name: str, network: torch.nn.Module, row: DecoderRow, prompts: list[torch.Tensor], canvas: int,
-            device: torch.device) -> Measurement:
-    timer = ForwardTimer(network, device)
-    row.decode(timer, prompts[0], canvas)  # warm-up, not counted
-    timer.seconds, timer.calls = 0.0, 0
-    tokens, seconds = 0, 0.0
-    for prompt in prompts:
-        sync(device)
-        start = time.perf_counter()
-        tokens += row.decode(timer, prompt, canvas)
-        sync(device)
-        seconds += time.perf_counter() - start
-    return Measurement(name, canvas, row.name, tokens, timer.calls, seconds, timer.seconds)
+def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts: list[torch.Tensor], canvas: int,
+            device: torch.device, rounds: int) -> list[Measurement]:
+    """The rows on one network and canvas: one warm-up decode each, then ``rounds`` rounds in which every row
+    decodes every prompt once, so load that comes and goes falls on all rows alike."""
+    timers = [ForwardTimer(network, device) for _ in rows]
+    for row, timer in zip(rows, timers):
+        row.decode(timer, prompts[0], canvas)  # warm-up, not counted
+    runs: list[list[tuple[int, int, float, float]]] = [[] for _ in rows]
+    for _ in range(rounds):
+        for row, timer, run in zip(rows, timers, runs):
+            timer.seconds, timer.calls = 0.0, 0
+            tokens, seconds = 0, 0.0
+            for prompt in prompts:
+                sync(device)
+                start = time.perf_counter()
+                tokens += row.decode(timer, prompt, canvas)
+                sync(device)
+                seconds += time.perf_counter() - start
+            run.append((tokens, timer.calls, seconds, timer.seconds))
+    return [Measurement(name, canvas, row.name, run[-1][0], run[-1][1], tuple(r[2] for r in run),
+                        tuple(r[3] for r in run)) for row, run in zip(rows, runs)]
 
 
 def print_table(results: list[Measurement], rows: list[DecoderRow]) -> None:
-    print(f"{'network':<10} {'canvas':>6} {'decoder':<18} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'outside':>8}"
-          f" {'tok/s vs ' + rows[-1].name:>20}")
+    print(f"{'network':<10} {'canvas':>6} {'decoder':<18} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'[min-max]':>13}"
+          f" {'outside':>8} {'tok/s vs ' + rows[-1].name:>20}")
     baseline = {(m.network, m.canvas): m for m in results if m.decoder == rows[-1].name}
     for m in results:  # LLaDA / Dream rows compare with the AR baseline on the random network at the same canvas
         baseline.setdefault((m.network, m.canvas), baseline.get(("random", m.canvas), m))
     for m in results:
         ratio = m.tokens_per_second / baseline[(m.network, m.canvas)].tokens_per_second
         print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<18} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
-              f" {m.ms_per_token:>8.3f} {m.outside_share:>7.1%} {ratio:>19.2f}x")
+              f" {m.ms_per_token:>8.3f} {m.ms_range:>13} {m.outside_share:>7.1%} {ratio:>19.2f}x")
 
 
 def print_targets(results: list[Measurement]) -> None:
@@ -240,6 +257,7 @@ def main() -> None:
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on cuda, else float32")
     parser.add_argument("--canvas", type=int, nargs="+", default=[128, 256, 512, 1024])
     parser.add_argument("--prompts", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; figures are their medians")
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=128)
@@ -263,17 +281,17 @@ def main() -> None:
     rows = decoder_rows(args)
     print(f"device {args.device}, dtype {args.dtype}, network vocab {args.vocab} hidden {args.hidden} layers "
           f"{args.layers}, prompts {args.prompts} x {args.prompt_len} tokens, slot {args.slot_size}, serial block "
-          f"{args.block_length}, thresholds 0.9/0.9; baseline = models.decoders.ar.ar_generate (greedy, KV cache)")
+          f"{args.block_length}, thresholds 0.9/0.9; baseline = models.decoders.ar.ar_generate (greedy, KV cache); "
+          f"medians of {args.rounds} interleaved rounds")
     results = []
     for name in args.networks:
         for canvas in args.canvas:
-            for row in rows:
-                results.append(measure(name, networks[name], row, prompts, canvas, args.device))
+            results += measure(name, networks[name], rows, prompts, canvas, args.device, args.rounds)
     if args.diffusion_canvas:
         for kind in ("llada", "dream"):
             network = build_tiny_diffusion(kind, args)
-            for row in diffusion_rows(kind, args):
-                results.append(measure(kind, network, row, prompts, args.diffusion_canvas, args.device))
+            results += measure(kind, network, diffusion_rows(kind, args), prompts, args.diffusion_canvas,
+                               args.device, args.rounds)
     print_table(results, rows)
     print_targets(results)
 
