@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,6 +36,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from fastdllm_modes import fastdllm_generate, mode_config
+from harness.timing import timed
 from models.decoders.ar import ARConfig, ar_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
@@ -88,18 +88,10 @@ class ForwardTimer(torch.nn.Module):
         self.seconds, self.calls = 0.0, 0
 
     def forward(self, *args, **kwargs):
-        sync(self.device)
-        start = time.perf_counter()
-        out = self.inner(*args, **kwargs)
-        sync(self.device)
-        self.seconds += time.perf_counter() - start
+        out, seconds = timed(self.device, lambda: self.inner(*args, **kwargs))
+        self.seconds += seconds
         self.calls += 1
         return out
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 # ---- decoders ---------------------------------------------------------------------------------------------------
@@ -204,11 +196,8 @@ def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts
             timer.seconds, timer.calls = 0.0, 0
             tokens, seconds = 0, 0.0
             for prompt in prompts:
-                sync(device)
-                start = time.perf_counter()
-                tokens += row.decode(timer, prompt, canvas)
-                sync(device)
-                seconds += time.perf_counter() - start
+                generated, elapsed = timed(device, lambda: row.decode(timer, prompt, canvas))
+                tokens, seconds = tokens + generated, seconds + elapsed
             run.append((tokens, timer.calls, seconds, timer.seconds))
     return [Measurement(name, canvas, row.name, run[-1][0], run[-1][1], tuple(r[2] for r in run),
                         tuple(r[3] for r in run)) for row, run in zip(rows, runs)]

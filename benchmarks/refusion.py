@@ -29,7 +29,8 @@ import torch
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
-from refusion_cases import NO_EOS, biased, make_prompts, synchronized
+from harness.timing import timed
+from refusion_cases import NO_EOS, biased, make_prompts
 from refusion_published import PublishedUnavailable, PublishedWorker
 
 TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
@@ -46,14 +47,6 @@ def networks(regime: str, max_pos: int, args):
     native = load_network(folder, "qwen3", dtype=dtype).to(args.device)
     vocab, mask_id = hf.config.vocab_size, hf.config.mask_token_id
     return biased(native, regime, max_pos, vocab, mask_id), biased(hf, regime, max_pos, vocab, mask_id), mask_id
-
-
-def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:
-    synchronized(device)
-    t0 = time.perf_counter()
-    out = fn()
-    synchronized(device)
-    return time.perf_counter() - t0, out
 
 
 def summary(times: list[float]) -> str:
@@ -80,7 +73,9 @@ def section_reference(args) -> float | None:
     def project(network, canvas: int) -> tuple[float, list[list[int]]]:
         cfg = RefusionConfig(gen_length=canvas, slot_size=cases["slot_size"],
                              serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
-        return timed(lambda: [refusion_decode_row(network, p[None], cfg).token_ids for p in prompts], args.device)
+        tokens, seconds = timed(torch.device(args.device),
+                                lambda: [refusion_decode_row(network, p[None], cfg).token_ids for p in prompts])
+        return seconds, tokens
 
     rows: dict[str, Callable[[int], tuple[float, list[list[int]]]]] = {
         "project, native network": lambda c: project(native, c),
@@ -138,7 +133,8 @@ def section_canvas(args) -> float:
             refusion_decode_row(native, prompt[None], cfgs[c])  # warm-up
         for _ in range(args.rounds):
             for c in args.canvas:
-                seconds, _ = timed(lambda: refusion_decode_row(native, prompt[None], cfgs[c]), args.device)
+                _, seconds = timed(torch.device(args.device),
+                                   lambda: refusion_decode_row(native, prompt[None], cfgs[c]))
                 times[c].append(seconds / c * 1e3)
         per_token[regime] = {c: statistics.median(t) for c, t in times.items()}
         cells = "".join(f"{statistics.median(t):9.3f} [{min(t):.2f}-{max(t):.2f}]" for t in times.values())
@@ -164,7 +160,7 @@ def section_batch(args) -> float | None:
         refusion_decode_rows(native, prompts[:b], cfg)  # warm-up
     for _ in range(args.rounds):
         for b in args.batches:
-            times[b].append(timed(lambda: run(b), args.device)[0])
+            times[b].append(timed(torch.device(args.device), lambda: run(b))[1])
     print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts, canvas {args.batch_canvas}, 90% acceptance, native "
           "network)")
     rate = {}

@@ -64,9 +64,3 @@ def make_prompts(n: int, device: str = "cpu", vocab: int = 500) -> list[torch.Te
     """n prompts of 12..51 ids, the same for every caller (seeded on the CPU)."""
     g = torch.Generator().manual_seed(1)
     return [torch.randint(0, vocab, (int(12 + 17 * i % 40),), generator=g).to(device) for i in range(n)]
-
-
-def synchronized(device: str) -> None:
-    """Wait for the accelerator, so a wall clock read after it covers the work queued before it."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
