@@ -300,10 +300,12 @@ def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
 def check_silu_and_default_rope(config: Any, family: str) -> None:
     """The checks every Qwen-family config shares: the native networks implement SiLU and the default RoPE only."""
     if config.hidden_act != "silu":
-        raise ValueError(f"{family} config: hidden_act={config.hidden_act!r} is not supported (the native network needs 'silu')")
+        raise ValueError(f"{family} config: hidden_act={config.hidden_act!r} is not supported "
+                         "(the native network needs 'silu')")
     scaling = config.rope_scaling or {}
     if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-        raise ValueError(f"{family} config: rope_scaling={config.rope_scaling!r} is not supported (only the default RoPE)")
+        raise ValueError(f"{family} config: rope_scaling={config.rope_scaling!r} is not supported "
+                         "(only the default RoPE)")
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:

@@ -96,12 +96,12 @@ class Qwen3Attention(nn.Module):
         # Grouped-query heads: q-head j uses kv head j // (n_heads / n_kv). On the CPU SDPA matches them itself
         # (the same result, no copy of the cache's keys and values per call); CUDA's fused kernels do not take
         # enable_gqa together with a mask (SDPA would fall back to its math kernel), so there they are repeated.
-        gqa = self.n_heads != self.n_kv
-        if gqa and q.device.type != "cpu":
+        inside = q.device.type == "cpu"
+        if self.n_heads != self.n_kv and not inside:
             rep = self.n_heads // self.n_kv
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None,
-                                             enable_gqa=gqa and q.device.type == "cpu")
+                                             enable_gqa=inside and self.n_heads != self.n_kv)
         return self.o_proj(merge_heads(out))
 
 
