@@ -76,9 +76,10 @@ class FastDreamConfig:
 
 
 def fast_dream_at_canvas(cfg: FastDreamConfig, canvas: int) -> FastDreamConfig:
-    default_steps = max(canvas // max(cfg.block_length, 1), 1) if cfg.threshold is not None else canvas
-    return dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, max_new_tokens=canvas,
-                                                              steps=default_steps if cfg.dream.steps is None else cfg.dream.steps))
+    steps = cfg.dream.steps
+    if steps is None:
+        steps = max(canvas // max(cfg.block_length, 1), 1) if cfg.threshold is not None else canvas
+    return dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, max_new_tokens=canvas, steps=steps))
 
 
 def validate_fast_dream_config(cfg: FastDreamConfig) -> None:
