@@ -207,7 +207,7 @@ def mount_workdir(libc: Libc, workdir: str, size: int, owner: int | None) -> Non
     libc.mount("tmpfs", workdir, "tmpfs", MS_NOSUID | MS_NODEV, data)
 
 
-def private_ptys(libc: Libc) -> str:
+def private_ptys(libc: Libc) -> None:
     """Give this mount namespace its own devpts, so no program can open a terminal another one made.
 
     The host's /dev/pts is one instance shared by everything (and /dev/ptmx is mode 666): a pty
@@ -215,12 +215,12 @@ def private_ptys(libc: Libc) -> str:
     type. A fresh instance (`newinstance`; ptmxmode=0666 so uid 65534 may use it) on /dev/pts,
     with its own multiplexer bound over /dev/ptmx, shows each program only its own ptys;
     `os.openpty()` keeps working. Where devpts cannot be mounted here, both are hidden instead
-    (an empty /dev/pts, /dev/null as /dev/ptmx), so opening a pty fails. Returns "private",
-    "hidden" or "absent" (no /dev/pts: no shared instance to reach); raises OSError if neither works.
+    (an empty /dev/pts, /dev/null as /dev/ptmx), so opening a pty fails. Without /dev/pts there is
+    no shared instance to reach. Raises OSError if neither works.
     """
     pts, ptmx = "/dev/pts", "/dev/ptmx"
     if not os.path.isdir(pts):
-        return "absent"
+        return
     multiplexer = os.path.exists(ptmx) and not os.path.islink(ptmx)  # a link (pts/ptmx) follows the new /dev/pts
     try:
         libc.mount("devpts", pts, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
@@ -228,10 +228,9 @@ def private_ptys(libc: Libc) -> str:
         hide_directories(libc, [pts], [])
         if multiplexer:
             libc.mount(os.devnull, ptmx, None, MS_BIND)
-        return "hidden"
+        return
     if multiplexer:
         libc.mount(f"{pts}/ptmx", ptmx, None, MS_BIND)
-    return "private"
 
 
 KERNEL_LOG = "/dev/kmsg"
