@@ -144,10 +144,27 @@ def test_a_run_beside_transformers_matches_and_attributes(engine, tmp_path):
     assert "speedup attribution" in report and "no forward count" in report
 
 
+def numbered_gsm8k(folder: Path, count: int) -> Path:
+    """A --data-dir holding `count` GSM8K items in the hub schema: enough that a fast machine is still
+    generating when the test kills the server (five fixture items can all finish between two polls)."""
+    fixture = REPO / "tasks" / "fixtures" / "gsm8k.jsonl"
+    items = [json.loads(line) for line in fixture.read_text().splitlines()]
+    path = folder / "gsm8k" / "test.jsonl"
+    path.parent.mkdir(parents=True)
+    numbered = ({**item, "question": f"({i}) {item['question']}"}
+                for i, item in enumerate(items[i % len(items)] for i in range(count)))
+    path.write_text("".join(json.dumps(item) + "\n" for item in numbered))
+    return folder
+
+
+KILLED_RUN_ITEMS = 40
+
+
 @pytest.mark.slow
 def test_a_server_killed_mid_run_keeps_finished_samples_and_the_rerun_resumes(engine, engine_python, tmp_path):
     output = tmp_path / "run"
-    launched = harness(output, "--models", "tiny-qwen3-vllm", "--limit", "5",  # all five fixture items
+    data = ["--data-dir", str(numbered_gsm8k(tmp_path / "data", KILLED_RUN_ITEMS)), "--limit", str(KILLED_RUN_ITEMS)]
+    launched = harness(output, "--models", "tiny-qwen3-vllm", *data,
                        "--warmup", "0", "--model-arg", f"tiny-qwen3-vllm.server_python={engine_python}")
     process = subprocess.Popen(launched, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     record_path = output / "engine" / "tiny-qwen3-vllm" / "engine.json"
@@ -156,7 +173,7 @@ def test_a_server_killed_mid_run_keeps_finished_samples_and_the_rerun_resumes(en
     while time.monotonic() < deadline and process.poll() is None:
         if shard.exists() and len(shard.read_text().splitlines()) >= 2:
             break
-        time.sleep(0.2)
+        time.sleep(0.02)
     assert process.poll() is None, process.communicate()[1][-2000:]
     pid = json.loads(record_path.read_text())["pid"]
     os.killpg(pid, signal.SIGKILL)
@@ -166,15 +183,15 @@ def test_a_server_killed_mid_run_keeps_finished_samples_and_the_rerun_resumes(en
     assert "died" in lines[0] and str(output / "engine" / "tiny-qwen3-vllm" / "server.log") in lines[0]
     records = [json.loads(line) for line in shard.read_text().splitlines()]
     kept = [r["key"] for r in records]
-    assert 2 <= len(kept) < 5
+    assert 2 <= len(kept) < KILLED_RUN_ITEMS
     # The cold start (tens of seconds) happened before the first timed sample, not inside it.
     first = records[0]
     assert not first["warmup"] and first["latency_s"] < first["request_latency_s"] + 2.0, first
     assert not live_members(pid, settle_s=10)  # no engine worker outlived its server
 
-    resumed = harness(output, "--models", "tiny-qwen3-vllm", "--limit", "5",
+    resumed = harness(output, "--models", "tiny-qwen3-vllm", *data,
                       "--model-arg", f"tiny-qwen3-vllm.base_url={engine.server().base_url}")
     done = subprocess.run(resumed, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     keys = [json.loads(line)["key"] for line in shard.read_text().splitlines()]
-    assert keys[:len(kept)] == kept and len(keys) == 5  # the finished ones were not generated again
+    assert keys[:len(kept)] == kept and len(keys) == KILLED_RUN_ITEMS  # the finished ones were not generated again
