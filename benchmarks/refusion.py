@@ -10,9 +10,11 @@ Sections:
      absent or not importable);
   2. time per generated token at each canvas for the three acceptance regimes;
   3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
-     of each size.
+     of each size;
+  4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
+     time in the attention kernel and in matrix products, against the time of every op, at each batch size.
 
-    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--sections 1 2 3]
+    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--sections 1 2 3 4]
                                   [--reference PATH [--reference-python PY]]
 """
 
@@ -25,6 +27,7 @@ import time
 from typing import Callable
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
@@ -143,9 +146,9 @@ def section_canvas(args) -> float:
     return per_token["90%"][hi] / per_token["90%"][lo]
 
 
-def section_batch(args) -> float | None:
-    """Every batch size decodes the same prompts (as many as the largest batch), in consecutive batches of that size,
-    so the rates compare one workload run at different batch sizes."""
+def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[[int], None]]:
+    """Section 3's workload: the 90% network, the prompts (as many as the largest batch), and a function decoding all
+    of them in consecutive batches of a size."""
     native, _, mask_id = networks("90%", 4096, args)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)
@@ -155,9 +158,16 @@ def section_batch(args) -> float | None:
         for i in range(0, len(prompts), b):
             refusion_decode_rows(native, prompts[i:i + b], cfg)
 
+    return native, prompts, run
+
+
+def section_batch(args) -> float | None:
+    """Every batch size decodes the same prompts in consecutive batches of that size, so the rates compare one
+    workload run at different batch sizes."""
+    _, prompts, run = batch_workload(args)
     times = {b: [] for b in args.batches}
     for b in args.batches:
-        refusion_decode_rows(native, prompts[:b], cfg)  # warm-up
+        run(b)  # warm-up
     for _ in range(args.rounds):
         for b in args.batches:
             times[b].append(timed(torch.device(args.device), lambda: run(b))[1])
@@ -168,6 +178,44 @@ def section_batch(args) -> float | None:
         rate[b] = len(prompts) * args.batch_canvas / statistics.median(t)
         print(f"  batch {b:3d}: {rate[b]:9.1f} tokens/s  (round {summary(t)})  x{rate[b] / rate[args.batches[0]]:.2f}")
     return rate[8] / rate[1] if 8 in rate and 1 in rate else None
+
+
+ATTENTION, MATMUL = ("scaled_dot_product",), ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def section_profile(args) -> None:
+    """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here."""
+    native, prompts, run = batch_workload(args)
+    fed = {"calls": 0, "tokens": 0}
+
+    def count(_module, inputs, _kwargs) -> None:
+        fed["calls"] += 1
+        fed["tokens"] += inputs[0].numel()
+
+    native.inner.register_forward_pre_hook(count, with_kwargs=True)
+    cuda = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    rows: dict[int, list[tuple[float, ...]]] = {b: [] for b in args.batches}
+    for b in args.batches:
+        run(b)  # warm-up
+    for _ in range(args.rounds):
+        for b in args.batches:
+            fed.update(calls=0, tokens=0)
+            with profile(activities=activities) as prof:
+                run(b)
+            events = prof.key_averages()
+            attention, matmul, every = (sum(getattr(e, own) for e in events if names is None or
+                                            any(n in e.key for n in names)) / 1e3
+                                        for names in (ATTENTION, MATMUL, None))
+            rows[b].append((fed["calls"], fed["tokens"], attention, attention / fed["calls"], matmul, every))
+    print(f"\n## 4. where section 3's time goes ({len(prompts)} prompts, canvas {args.batch_canvas}; torch.profiler "
+          f"{own}, ms, medians of {args.rounds} rounds)")
+    print(f"  {'batch':>5s} {'forwards':>8s} {'tokens fed':>10s} {'attention':>9s} {'per forward':>11s} {'matmul':>7s} "
+          f"{'all ops':>7s}")
+    for b, measured in rows.items():
+        calls, tokens, attention, per_forward, matmul, every = (statistics.median(c) for c in zip(*measured))
+        print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {per_forward:11.2f} {matmul:7.1f} {every:7.1f}")
 
 
 def main() -> None:
@@ -184,7 +232,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3], help="which sections to run")
+    parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3],
+                        help="which sections to run (4: a profile of section 3)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"# ReFusion benchmark: tiny-refusion, {args.dtype}, {args.device}, {args.threads} thread(s), "
@@ -193,6 +242,8 @@ def main() -> None:
         ratios = {"wall vs published (all canvases)": section_reference(args) if 1 in args.sections else None,
                   "per-token 1024/128 at 90%": section_canvas(args) if 2 in args.sections else None,
                   "batch 8 / batch 1 tokens/s": section_batch(args) if 3 in args.sections else None}
+        if 4 in args.sections:
+            section_profile(args)
     print("\n## targets")
     for name, value in ratios.items():
         target = TARGETS[name]
