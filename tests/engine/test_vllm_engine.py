@@ -3,6 +3,7 @@ its failures: a server that answers an error, a server killed mid-run (the rerun
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -151,8 +152,8 @@ def numbered_gsm8k(folder: Path, count: int) -> Path:
     items = [json.loads(line) for line in fixture.read_text().splitlines()]
     path = folder / "gsm8k" / "test.jsonl"
     path.parent.mkdir(parents=True)
-    numbered = ({**item, "question": f"({i}) {item['question']}"}
-                for i, item in enumerate(items[i % len(items)] for i in range(count)))
+    numbered = [{**item, "question": f"({i}) {item['question']}"}
+                for i, item in zip(range(count), itertools.cycle(items))]
     path.write_text("".join(json.dumps(item) + "\n" for item in numbered))
     return folder
 
