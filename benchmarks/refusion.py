@@ -183,6 +183,11 @@ def section_batch(args) -> float | None:
 ATTENTION, MATMUL = ("scaled_dot_product",), ("aten::mm", "aten::addmm", "aten::bmm")
 
 
+def op_ms(events, own: str, names: tuple[str, ...] | None = None) -> float:
+    """The profiled ops' own time in ms: those whose name holds one of ``names``, or all of them."""
+    return sum(getattr(e, own) for e in events if names is None or any(n in e.key for n in names)) / 1e3
+
+
 def section_profile(args) -> None:
     """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here."""
     native, prompts, run = batch_workload(args)
@@ -205,17 +210,16 @@ def section_profile(args) -> None:
             with profile(activities=activities) as prof:
                 run(b)
             events = prof.key_averages()
-            attention, matmul, every = (sum(getattr(e, own) for e in events if names is None or
-                                            any(n in e.key for n in names)) / 1e3
-                                        for names in (ATTENTION, MATMUL, None))
-            rows[b].append((fed["calls"], fed["tokens"], attention, attention / fed["calls"], matmul, every))
+            rows[b].append((fed["calls"], fed["tokens"], op_ms(events, own, ATTENTION), op_ms(events, own, MATMUL),
+                            op_ms(events, own)))
     print(f"\n## 4. where section 3's time goes ({len(prompts)} prompts, canvas {args.batch_canvas}; torch.profiler "
           f"{own}, ms, medians of {args.rounds} rounds)")
     print(f"  {'batch':>5s} {'forwards':>8s} {'tokens fed':>10s} {'attention':>9s} {'per forward':>11s} {'matmul':>7s} "
           f"{'all ops':>7s}")
     for b, measured in rows.items():
-        calls, tokens, attention, per_forward, matmul, every = (statistics.median(c) for c in zip(*measured))
-        print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {per_forward:11.2f} {matmul:7.1f} {every:7.1f}")
+        calls, tokens, attention, matmul, every = (statistics.median(c) for c in zip(*measured))  # calls: fixed
+        print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {attention / calls:11.2f} {matmul:7.1f} "
+              f"{every:7.1f}")
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.files import cache_root
+from harness.files import cache_root, read_jsonl, write_jsonl_atomic
 from models.adapters.engine_server import EngineError
 from models.real_tokenizer import TokenizerFetchError, fetch_tokenizer
 from models.base import GenerationRequest, Message
@@ -148,13 +148,9 @@ def test_a_run_beside_transformers_matches_and_attributes(engine, tmp_path):
 def numbered_gsm8k(folder: Path, count: int) -> Path:
     """A --data-dir holding `count` GSM8K items in the hub schema: enough that a fast machine is still
     generating when the test kills the server (five fixture items can all finish between two polls)."""
-    fixture = REPO / "tasks" / "fixtures" / "gsm8k.jsonl"
-    items = [json.loads(line) for line in fixture.read_text().splitlines()]
-    path = folder / "gsm8k" / "test.jsonl"
-    path.parent.mkdir(parents=True)
-    numbered = [{**item, "question": f"({i}) {item['question']}"}
-                for i, item in zip(range(count), itertools.cycle(items))]
-    path.write_text("".join(json.dumps(item) + "\n" for item in numbered))
+    items = [item for _, item in read_jsonl(REPO / "tasks" / "fixtures" / "gsm8k.jsonl")]
+    write_jsonl_atomic(folder / "gsm8k" / "test.jsonl", [{**item, "question": f"({i}) {item['question']}"}
+                                                         for i, item in zip(range(count), itertools.cycle(items))])
     return folder
 
 
