@@ -106,7 +106,7 @@ class NudgedLM(torch.nn.Module):
     def __init__(self, inner: torch.nn.Module, mask_id: int, target: list[int], strength: float):
         super().__init__()
         self.inner, self.mask_id, self.strength = inner, mask_id, strength
-        self.target = torch.tensor(target + [target[-1]])
+        self.register_buffer("target", torch.tensor(target + [target[-1]]), persistent=False)  # moves with .to()
         self.config = inner.config
 
     def forward(self, input_ids, position_ids, **kwargs):
@@ -133,7 +133,7 @@ class NudgedNative(torch.nn.Module):
     def __init__(self, inner: torch.nn.Module, mask_id: int, target: list[int], strength: float):
         super().__init__()
         self.inner, self.mask_id, self.strength = inner, mask_id, strength
-        self.target = torch.tensor(target + [target[-1]])
+        self.register_buffer("target", torch.tensor(target + [target[-1]]), persistent=False)  # moves with .to()
 
     def new_cache(self, batch: int, capacity: int):
         return self.inner.new_cache(batch, capacity)
