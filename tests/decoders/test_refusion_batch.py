@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows, refusion_generate
+from models.decoders.refusion_cache import Request, batch_mask
 from models.networks.kv_buffer import KVBuffer
 from refusion_stubs import NudgedNative, native_copy, tiny_qwen
 
@@ -155,3 +156,42 @@ def test_decoding_builds_no_autograd_graph():
     refusion_generate(net, ids, None, c)
     assert events and not any(k.requires_grad or v.requires_grad for e in events for k, v in e.kv)
     assert torch.is_grad_enabled()
+
+
+def naive_visibility(req: Request, length: int, width: int, key_len: int) -> list[list[bool]]:
+    """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for ``batch_mask``."""
+    n_new = req.ids.shape[0]
+    window, committed, owned = (req.window, req.committed, req.owned) if req.window else (n_new, length, 1)
+    rows = []
+    for q in range(width):
+        real = q < n_new
+        row = []
+        for c in range(key_len):
+            j = c - length
+            if c < committed:
+                row.append(True)
+            elif c < length:
+                row.append(real and (c - committed) // owned == q // window)
+            elif j < n_new:
+                row.append(real and j // window == q // window and j <= q)
+            elif j < width:  # a pad: seen by pad queries only, so no real query sees it
+                row.append(not real and j <= q)
+            else:
+                row.append(False)
+        rows.append(row)
+    return rows
+
+
+def test_batch_mask_follows_the_visibility_rule():
+    """Rows in different phases (plain causal, in-slot windows with and without owned tail entries), different
+    cache lengths and padding, against the rule evaluated entry by entry."""
+    reqs = [Request(torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long)),
+            Request(torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long), window=4, committed=9,
+                    owned=3),
+            Request(torch.zeros(9, dtype=torch.long), torch.zeros(9, dtype=torch.long), window=3, committed=5),
+            Request(torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))]
+    lengths = [4, 15, 5, 20]
+    width = max(r.ids.shape[0] for r in reqs)
+    key_len = max(lengths) + width
+    expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
+    assert torch.equal(batch_mask(reqs, lengths, width, key_len, torch.device("cpu")), expected)

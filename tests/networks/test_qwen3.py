@@ -13,7 +13,7 @@ from transformers import DynamicCache, Qwen3ForCausalLM
 from transformers import Qwen3Config as HFQwen3Config
 
 from models.networks.loading import CheckpointError, load_network, save_network
-from models.networks.qwen3 import Qwen3Network
+from models.networks.qwen3 import Qwen3Network, additive_mask, default_causal_mask
 from models.tiny import materialize
 
 torch.set_num_threads(2)
@@ -168,3 +168,14 @@ def test_save_and_reload_round_trip(tmp_path):
     ids = torch.randint(0, 300, (1, 6))
     with torch.no_grad():
         assert torch.equal(net(ids), again(ids))
+
+
+def test_default_causal_mask_is_causal_over_each_rows_own_entries():
+    """Rows of different cache lengths: query i of row b sees columns 0 .. lengths[b] + i; SDPA gets it additive."""
+    lengths, n_new = [3, 7, 0], 4
+    key_len = max(lengths) + n_new
+    mask = default_causal_mask(lengths, n_new, key_len, torch.device("cpu"))
+    expected = torch.tensor([[[c <= n + i for c in range(key_len)] for i in range(n_new)] for n in lengths])[:, None]
+    assert torch.equal(mask, expected)
+    additive = additive_mask(mask, torch.float32)
+    assert torch.equal(additive, torch.zeros(additive.shape).masked_fill(~expected, float("-inf")))
