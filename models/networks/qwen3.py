@@ -93,16 +93,31 @@ class Qwen3Attention(nn.Module):
         q, k = apply_rope(q, cos, sin, q.dtype), apply_rope(k, cos, sin, k.dtype)
         if cache is not None:
             k, v = cache.store(layer, plan, k, v)
-        # Grouped-query heads: q-head j uses kv head j // (n_heads / n_kv). On the CPU SDPA matches them itself
-        # (the same result, no copy of the cache's keys and values per call); CUDA's fused kernels do not take
-        # enable_gqa together with a mask (SDPA would fall back to its math kernel), so there they are repeated.
-        inside = q.device.type == "cpu"
-        if self.n_heads != self.n_kv and not inside:
-            rep = self.n_heads // self.n_kv
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and cache is None,
-                                             enable_gqa=inside and self.n_heads != self.n_kv)
+        out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
+                                      fused=q.device.type == "cpu")
         return self.o_proj(merge_heads(out))
+
+
+def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
+                            fused: bool) -> Tensor:
+    """SDPA where q-head j uses kv head j // (n_heads / n_kv), without a copy of the keys and values per q head.
+
+    ``fused``: SDPA matches the heads itself (``enable_gqa``), what the CPU does. CUDA's fused kernels do not take
+    enable_gqa together with a mask (SDPA would fall back to its math kernel), so there each kv head's q heads are
+    stacked along the query axis and the mask is repeated to match: rep x queries x keys entries, against rep copies
+    of the whole cache per layer when the kv heads are repeated. All three forms are bitwise equal on the CPU
+    (tested). A causal call without a mask keeps query i aligned with key i, so it repeats the kv heads."""
+    n_heads, n_kv = q.shape[1], k.shape[1]
+    if fused or n_heads == n_kv:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=n_heads != n_kv)
+    rep = n_heads // n_kv
+    if mask is None:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    b, _, length, d = q.shape
+    stacked = q.reshape(b, n_kv, rep * length, d)  # kv head g's q heads g*rep .. g*rep+rep-1, one after another
+    out = F.scaled_dot_product_attention(stacked, k, v, attn_mask=mask.repeat(1, 1, rep, 1))
+    return out.view(b, n_heads, length, d)
 
 
 class Qwen3Layer(nn.Module):

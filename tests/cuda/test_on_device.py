@@ -30,7 +30,7 @@ CPU = torch.device("cpu")
 if DEVICE.type == "cuda" and not torch.cuda.is_available():
     pytest.skip("needs a CUDA device: run benchmarks/device_check.sh on a GPU box", allow_module_level=True)
 
-# Qwen3-8B's shapes scaled down: head_dim 128, 4:1 grouped-query heads (on CUDA the kv heads are repeated, a path the
+# Qwen3-8B's shapes scaled down: head_dim 128, 4:1 grouped-query heads (on CUDA the q heads are stacked, a path the
 # CPU never takes), qk-norm, untied head.
 SCALED_8B = dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=1, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,

@@ -8,12 +8,13 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import DynamicCache, Qwen3ForCausalLM
 from transformers import Qwen3Config as HFQwen3Config
 
 from models.networks.loading import CheckpointError, load_network, save_network
-from models.networks.qwen3 import Qwen3Network, additive_mask, default_causal_mask
+from models.networks.qwen3 import Qwen3Network, additive_mask, default_causal_mask, grouped_query_attention
 from models.tiny import materialize
 
 torch.set_num_threads(2)
@@ -179,3 +180,23 @@ def test_default_causal_mask_is_causal_over_each_rows_own_entries():
     assert torch.equal(mask, expected)
     additive = additive_mask(mask, torch.float32)
     assert torch.equal(additive, torch.zeros(additive.shape).masked_fill(~expected, float("-inf")))
+
+
+@pytest.mark.parametrize("n_kv", [1, 2, 4])
+def test_grouped_query_attention_forms_agree(n_kv):
+    """The stacked-query form CUDA takes equals SDPA's own grouped heads and plainly repeated kv heads, with a mask
+    over a longer key axis (a cache) and causal without one."""
+    g = torch.Generator().manual_seed(n_kv)
+    q = torch.randn(2, 7, 4, 16, generator=g).transpose(1, 2)  # strided like the network's queries
+    k, v = (torch.randn(2, n_kv, 19, 16, generator=g) for _ in range(2))
+    mask = additive_mask(torch.rand(2, 1, 7, 19, generator=g) > 0.3, torch.float32)
+    rep = 4 // n_kv
+    repeated = [k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)]
+    expected = F.scaled_dot_product_attention(q, *repeated, attn_mask=mask)
+    for fused in (True, False):
+        assert torch.equal(grouped_query_attention(q, k, v, mask, causal=False, fused=fused), expected)
+    square_k, square_v = k[:, :, :7], v[:, :, :7]
+    expected = F.scaled_dot_product_attention(q, square_k.repeat_interleave(rep, 1), square_v.repeat_interleave(rep, 1),
+                                              is_causal=True)
+    for fused in (True, False):
+        assert torch.equal(grouped_query_attention(q, square_k, square_v, None, causal=True, fused=fused), expected)
