@@ -17,12 +17,12 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from harness.forward_timer import ForwardTimer
 from harness.timing import timed
-from models.base import GenerationRequest, Message
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.decoders.sampling import as_logits
 from models.networks.loading import load_network
 from models.registry import load_adapter, spec_for
 from models.tiny import materialize
+from adapter_cases import CASES, REQUESTS
 from refusion_stubs import NudgedNative, native_copy, tiny_qwen
 
 DEVICE = torch.device(os.environ.get("DLLM_TEST_DEVICE", "cuda"))
@@ -149,28 +149,14 @@ def test_timing_waits_for_the_device():
     assert 0.5 * total < forwards.seconds() <= total
 
 
-def chat(question: str, canvas: int = 24) -> GenerationRequest:
-    return GenerationRequest(messages=(Message("user", question),), canvas_tokens=canvas)
-
-
-ADAPTERS = {
-    "tiny-qwen3": {},
-    "tiny-refusion": {"slot_size": 4, "serial_num_blocks": 2},
-    "tiny-llada": {"steps": 12},
-    "tiny-dream": {"steps": 12},
-    "tiny-llada-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
-    "tiny-dream-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
-}
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
-@pytest.mark.parametrize("name", list(ADAPTERS))
+@pytest.mark.parametrize("name", list(CASES))
 def test_every_adapter_generates_a_left_padded_batch_on_the_device(name, dtype):
     """Every model kind end to end on the device (tokenizer, network, decoder, accounting), a batch of two prompts
     of different lengths, in the dtype a GPU run defaults to and in fp32."""
     adapter = load_adapter(spec_for(name), DEVICE, dtype)
-    config = adapter.make_config(ADAPTERS[name])
-    requests = [chat("What is 2 + 2?"), chat("A much longer question about apples, pears and 17 oranges?")]
+    config = adapter.make_config(CASES[name])
+    requests = REQUESTS[:2]  # no prefill: two plain prompts of different lengths
     generations = adapter.generate(requests, config)
     eos = set(adapter.eos_ids())
     assert len(generations) == 2

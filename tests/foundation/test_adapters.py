@@ -8,33 +8,13 @@ import json
 import pytest
 import torch
 
-from models.base import GenerationRequest, Message
 from models.decoders.contract import ConfigError
 from models.sources import resolve_source
 from models.registry import load_adapter, spec_for
 from models.tiny import materialize
+from adapter_cases import CASES, REQUESTS, chat
 
 CPU = torch.device("cpu")
-
-
-def chat(question: str, canvas: int = 24, prefill: str | None = None) -> GenerationRequest:
-    turns = [Message("user", question)] + ([Message("assistant", prefill)] if prefill else [])
-    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas)
-
-
-REQUESTS = [chat("What is 2 + 2?"), chat("A much longer question about apples, pears and 17 oranges?"),
-            chat("Pick one.", prefill="The best answer is")]
-
-
-# Each adapter with options small enough for a 24-token canvas; the Fast-dLLM rows use a cache and a threshold.
-CASES = {
-    "tiny-qwen3": {},
-    "tiny-refusion": {"slot_size": 4, "serial_num_blocks": 2},
-    "tiny-llada": {"steps": 12},
-    "tiny-dream": {"steps": 12},
-    "tiny-llada-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
-    "tiny-dream-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
-}
 
 
 @pytest.fixture(scope="module", params=list(CASES))
