@@ -38,7 +38,9 @@ class Biased(torch.nn.Module):
         target_pos = torch.where(is_mask, pos, pos + 1)
         answer = (target_pos * 7 + 3) % (self.vocab - 1)
         strength = torch.where(is_mask | ~self.reject[target_pos.clamp_max(len(self.reject) - 1)], self.bias, 0.0)
-        return logits.scatter_add(-1, answer[..., None], strength[..., None].to(logits.dtype))
+        # In place: the logits are the network's fresh output. An out-of-place copy took 5-7% of a batch-1 decode,
+        # scaffolding cost that is not the decoders' (the same wrapper runs on both sides).
+        return logits.scatter_add_(-1, answer[..., None], strength[..., None].to(logits.dtype))
 
     def forward(self, input_ids, position_ids, **kwargs):
         if hasattr(self.inner, "new_cache"):

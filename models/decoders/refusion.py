@@ -224,7 +224,6 @@ def refusion_decode_rows(
         return []
     for prompt in prompts:
         _check_prompt(prompt)
-    device = prompts[0].device
     native = hasattr(model, "new_cache")
     batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
     capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
@@ -234,7 +233,7 @@ def refusion_decode_rows(
         live = list(range(len(members)))
         programs = [_row_program(prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i, on_commit)
                     for j, i in enumerate(members)]
-        results, nfe = drive(stepper, programs, live, device)
+        results, nfe = drive(stepper, programs, live)
         for i, result, n in zip(members, results, nfe):
             outputs[i] = dataclasses.replace(result, nfe=n)
     return outputs  # type: ignore[return-value]

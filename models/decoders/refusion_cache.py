@@ -10,6 +10,8 @@ Two implementations of the cache:
   * ``TransformersStepper``: a transformers causal LM and its ``DynamicCache`` (one row; the comparison path).
 Visibility (``Request``): plain causal over the whole cache, or in-slot windows: every query sees the row's committed
 buffer, and a query in window g also sees the tail entries owned by g and the entries of window g at or before it.
+The driver hands the network that layout (``GroupedWindows``), not a mask: the native network attends group by group
+where that is cheaper, any other network gets the dense mask.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import pad_sequence
 
 from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
+from models.networks.grouped_attention import GroupedWindows, dense_mask
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Stepper(Protocol):
     batch: int
 
     def length(self, row: int) -> int: ...
-    def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None, keep: int) -> Tensor: ...
+    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor: ...
     def truncate(self, row: int, n: int) -> None: ...
     def keep_tail(self, row: int, start: int, index: list[int]) -> None: ...
     def select_rows(self, rows: list[int]) -> None: ...
@@ -58,9 +61,10 @@ class Stepper(Protocol):
 class NativeStepper:
     """A native network with ``new_cache``/``forward(ids, position_ids, attention_mask, cache, logits_to_keep)``."""
 
-    def __init__(self, network: torch.nn.Module, batch: int, capacity: int, forward: Any = None) -> None:
+    def __init__(self, network: torch.nn.Module, batch: int, capacity: int) -> None:
         self.network, self.cache = network, network.new_cache(batch, capacity)
-        self._call = network if forward is None else forward  # a torch.compile'd forward, when asked for
+        # a torch.compile'd network gets tensors only: a layout's integers would be guarded on and recompiled
+        self.compiled = hasattr(network, "_orig_mod")
 
     @property
     def batch(self) -> int:
@@ -69,8 +73,10 @@ class NativeStepper:
     def length(self, row: int) -> int:
         return self.cache.lengths[row]
 
-    def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None, keep: int) -> Tensor:
-        return self._call(ids, position_ids=positions, attention_mask=mask, cache=self.cache, logits_to_keep=keep)
+    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor:
+        if mask is not None and self.compiled:
+            mask = dense_mask(mask, ids.device)
+        return self.network(ids, position_ids=positions, attention_mask=mask, cache=self.cache, logits_to_keep=keep)
 
     def truncate(self, row: int, n: int) -> None:
         self.cache.truncate(row, n)
@@ -96,8 +102,8 @@ class TransformersStepper:
     def length(self, row: int) -> int:
         return 0 if self.cache is None else cache_length(self.cache)
 
-    def forward(self, ids: Tensor, positions: Tensor, mask: Tensor | None, keep: int) -> Tensor:
-        extra = {} if mask is None else {"attention_mask": mask}
+    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor:
+        extra = {} if mask is None else {"attention_mask": dense_mask(mask, ids.device)}
         if keep:
             extra["logits_to_keep"] = keep
         out = self.model(input_ids=ids, position_ids=positions, cache=self.cache, use_cache=True, **extra)
@@ -126,34 +132,22 @@ class TransformersStepper:
         return [(layer.keys.clone(), layer.values.clone()) for layer in self.cache.layers]
 
 
-def batch_mask(reqs: list[Request], lengths: list[int], width: int, key_len: int, device: torch.device) -> Tensor:
-    """[B, 1, width, key_len] bool for rows holding ``lengths`` entries whose new tokens land at columns length..
-    (padded to ``width``), all rows at once from five integers each. Every key column gets a group (the committed
-    buffer: seen by all; a tail entry: its owner's; a new entry: its window's, pads a group of their own, so no real
-    query sees a pad) and a query sees its group's tail and new entries at or before it."""
-    never, pad = -3, -2
-    layout = []  # per row: cache length, entries all see, new tokens, window, tail entries per group
+def request_windows(reqs: list[Request], lengths: list[int], width: int) -> GroupedWindows:
+    """The rows' visibility as the network takes it: a plain row is one group over its whole cache, an in-slot row
+    one group per slot after its committed buffer."""
+    rows = []
     for r, n in zip(reqs, lengths):
         n_new = r.ids.shape[0]
-        if r.window == 0:  # plain causal: one group over the whole cache and the new tokens
-            layout.append((n, n, n_new, n_new, 1))
-            continue
-        if n_new % r.window or n - r.committed != n_new // r.window * r.owned:
-            raise RuntimeError(f"refusion: {n_new} new tokens in windows of {r.window} do not match a tail of "
-                               f"{n - r.committed} entries, {r.owned} per group")
-        layout.append((n, r.committed, n_new, r.window, max(r.owned, 1)))
-    length, seen, n_new, window, owned = torch.tensor(layout, device=device).T[:, :, None, None]  # each [B, 1, 1]
-    q = torch.arange(width, device=device)[:, None]
-    c = torch.arange(key_len, device=device)
-    j = c - length  # the new entry a column holds, when >= 0
-    query_group = torch.where(q < n_new, q // window, pad)
-    key_group = torch.where(c < seen, never, torch.where(c < length, (c - seen) // owned,
-                            torch.where(j < n_new, j // window, torch.where(j < width, pad, never))))
-    return ((c < seen) | ((key_group == query_group) & ((c < length) | (j <= q))))[:, None]
+        if r.window == 0:
+            rows.append((n, n, 1, 0, n_new))
+        elif n_new % r.window:
+            raise RuntimeError(f"refusion: {n_new} new tokens do not split into windows of {r.window}")
+        else:
+            rows.append((n, r.committed, n_new // r.window, r.owned, r.window))
+    return GroupedWindows(*map(tuple, zip(*rows)), width=width)
 
 
-def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
-          device: torch.device) -> tuple[list[Any], list[float]]:
+def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tuple[list[Any], list[float]]:
     """Run row programs to completion, one batched forward per round; returns their results and forwards per row
     (each forward split evenly across the rows it ran, the harness's rule for batched calls).
 
@@ -169,10 +163,7 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int],
         pos = pad_sequence([r.positions for r in reqs], batch_first=True)
         lengths = [stepper.length(row) for row in range(len(live))]
         plain = all(r.window == 0 for r in reqs)
-        mask = None
-        if not plain:
-            key_len = max(lengths) + width
-            mask = batch_mask(reqs, lengths, width, key_len, device)
+        mask = None if plain else request_windows(reqs, lengths, width)
         keep = max(width - (r.ids.shape[0] - r.keep) if r.keep else width for r in reqs)
         logits = stepper.forward(ids, pos, mask, 0 if keep == width else keep)
         for row, r in enumerate(reqs):

@@ -19,22 +19,33 @@ from torch import Tensor
 class Reservation:
     """Where one forward writes: ``index[b, j]`` = buffer column of row b's j-th new entry; ``key_len`` columns read."""
 
-    index: Tensor  # [B, Q] long
+    index: Tensor | None  # [B, Q] long; None when ``uniform`` is set
     key_len: int
     uniform: int | None  # the common start column when every row has the same length (a plain slice write)
 
 
 class KVBuffer:
-    """Keys (stored after RoPE) and values of every layer, preallocated; ``lengths[b]`` entries of row b are live."""
+    """Keys (stored after RoPE) and values of every layer, preallocated; ``lengths[b]`` entries of row b are live.
+
+    All layers live in one tensor [layers, 2 (keys, values), B, kv_heads, capacity, head_dim], so editing a row
+    (``keep_tail``) or retiring rows (``select_rows``) is one indexed copy for the whole network, not one per layer
+    and per keys/values."""
 
     def __init__(self, n_layers: int, batch: int, capacity: int, kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str) -> None:
-        shape = (batch, kv_heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.kv = torch.zeros((n_layers, 2, batch, kv_heads, capacity, head_dim), dtype=dtype, device=device)
         self.lengths = [0] * batch
         self.capacity = capacity
         self._cols = torch.arange(capacity, device=device)
+
+    @property
+    def keys(self) -> list[Tensor]:
+        """Per layer, a [B, kv_heads, capacity, head_dim] view of the keys."""
+        return list(self.kv[:, 0])
+
+    @property
+    def values(self) -> list[Tensor]:
+        return list(self.kv[:, 1])
 
     @property
     def batch(self) -> int:
@@ -42,22 +53,24 @@ class KVBuffer:
 
     @property
     def n_layers(self) -> int:
-        return len(self.keys)
+        return self.kv.shape[0]
 
     def reserve(self, n_new: int) -> Reservation:
         """Claim ``n_new`` columns after each row's entries (all rows advance by ``n_new``; ``truncate`` trims)."""
         top = max(self.lengths) + n_new
         if top > self.capacity:
             raise RuntimeError(f"KV buffer of capacity {self.capacity} cannot hold {top} entries")
-        starts = torch.tensor(self.lengths, device=self._cols.device)
-        index = starts[:, None] + self._cols[:n_new]
-        uniform = self.lengths[0] if len(set(self.lengths)) == 1 else None
+        if len(set(self.lengths)) == 1:
+            plan = Reservation(None, top, self.lengths[0])
+        else:
+            starts = torch.tensor(self.lengths, device=self._cols.device)
+            plan = Reservation(starts[:, None] + self._cols[:n_new], top, None)
         self.lengths = [n + n_new for n in self.lengths]
-        return Reservation(index, top, uniform)
+        return plan
 
     def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""
-        keys, values = self.keys[layer], self.values[layer]
+        keys, values = self.kv[layer]
         if plan.uniform is not None:
             n = k.shape[2]
             keys[:, :, plan.uniform:plan.uniform + n] = k
@@ -80,8 +93,7 @@ class KVBuffer:
             raise ValueError(f"keep_tail index outside row {row}'s tail of {self.lengths[row] - start} entries")
         if index != list(range(len(index))):
             src = torch.tensor(index, device=self._cols.device) + start
-            for buf in (*self.keys, *self.values):
-                buf[row, :, start:start + len(index)] = buf[row, :, src]
+            self.kv[:, :, row, :, start:start + len(index)] = self.kv[:, :, row, :, src]
         self.lengths[row] = start + len(index)
 
     def select_rows(self, rows: list[int]) -> None:
@@ -89,11 +101,10 @@ class KVBuffer:
         if rows == list(range(self.batch)):
             return
         index = torch.tensor(rows, device=self._cols.device, dtype=torch.long)
-        self.keys = [k.index_select(0, index) for k in self.keys]
-        self.values = [v.index_select(0, index) for v in self.values]
+        self.kv = self.kv.index_select(2, index)
         self.lengths = [self.lengths[r] for r in rows]
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
         n = self.lengths[row]
-        return [(k[row:row + 1, :, :n].clone(), v[row:row + 1, :, :n].clone()) for k, v in zip(self.keys, self.values)]
+        return [(k[row:row + 1, :, :n].clone(), v[row:row + 1, :, :n].clone()) for k, v in self.kv]

@@ -18,8 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (GatedMLP, RMSNorm, apply_rope, check_silu_and_default_rope, config_from_dict,
-                                     config_to_dict, merge_heads, rope_angles, rope_inv_freq, split_heads)
+from models.networks.common import (GatedMLP, RMSNorm, check_silu_and_default_rope, config_from_dict, config_to_dict,
+                                     merge_heads, rms_norm, rope_angles, rope_inv_freq, split_heads)
+from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
+                                               grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
 
 
@@ -84,18 +86,46 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)  # over each head's hd features, before RoPE
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
+    def forward(self, x: Tensor, rope: "Rope", mask: Tensor | GroupedPlan | None, cache: KVBuffer | None,
                 layer: int, plan: Reservation | None) -> Tensor:
         b, length, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, length, self.n_heads, self.hd)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).view(b, length, self.n_kv, self.hd)).transpose(1, 2)
+        # q and k heads side by side, so their per-head norms and RoPE run as one op each (elementwise per head:
+        # the same numbers as normalising and rotating q and k apart)
+        qk = torch.cat([self.q_proj(x).view(b, length, self.n_heads, self.hd),
+                        self.k_proj(x).view(b, length, self.n_kv, self.hd)], dim=2)
+        norm_weight = torch.cat([self.q_norm.weight.expand(self.n_heads, self.hd),
+                                 self.k_norm.weight.expand(self.n_kv, self.hd)])
+        qk = rope.apply(rms_norm(qk, norm_weight, self.q_norm.eps).transpose(1, 2))
+        q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
         v = split_heads(self.v_proj(x), self.n_kv)
-        q, k = apply_rope(q, cos, sin, q.dtype), apply_rope(k, cos, sin, k.dtype)
         if cache is not None:
             k, v = cache.store(layer, plan, k, v)
-        out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
-                                      fused=q.device.type == "cpu")
+        if isinstance(mask, GroupedPlan):
+            out = grouped_attention(q, k, v, mask)
+        else:
+            out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
+                                          fused=q.device.type == "cpu")
         return self.o_proj(merge_heads(out))
+
+
+@dataclass(frozen=True)
+class Rope:
+    """One forward's RoPE tables [B, 1, L, head_dim] in the model dtype: ``cos`` and ``sin`` with the sign of
+    rotate-half folded in (-sin on the first half), so x*cos + rotate_half(x)*sin is x*cos + roll(x)*signed_sin:
+    two fewer ops per call, and bitwise the same numbers (negating a factor or the product is exact)."""
+
+    cos: Tensor
+    signed_sin: Tensor
+
+    @classmethod
+    def at(cls, angles: Tensor, dtype: torch.dtype) -> "Rope":
+        half = angles.shape[-1] // 2
+        sin = angles.sin()
+        sin = torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+        return cls(angles.cos().to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1))
+
+    def apply(self, x: Tensor) -> Tensor:
+        return x * self.cos + x.roll(x.shape[-1] // 2, dims=-1) * self.signed_sin
 
 
 def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool,
@@ -128,16 +158,24 @@ class Qwen3Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
-                layer: int, plan: Reservation | None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, plan)
+    def forward(self, x: Tensor, rope: Rope, mask: Tensor | GroupedPlan | None, cache: KVBuffer | None, layer: int,
+                plan: Reservation | None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def default_causal_mask(lengths: list[int], n_new: int, key_len: int, device: torch.device) -> Tensor:
-    """[B, 1, Q, K] bool: row b's query i sees its cached entries and new entries 0..i (its columns lengths[b]+...)."""
-    last = torch.tensor(lengths, device=device)[:, None, None] + torch.arange(n_new, device=device)[:, None]
-    return (torch.arange(key_len, device=device) <= last)[:, None]  # the cache, then new entries up to itself
+def causal_triangle(size: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """[size, size] additive: row c is the causal mask of the entry at column c (0 at columns <= c, -inf after)."""
+    return additive_mask(torch.ones(size, size, dtype=torch.bool, device=device).tril(), dtype)
+
+
+def causal_mask(triangle: Tensor, plan: Reservation, n_new: int) -> Tensor:
+    """[B|1, 1, Q, K] additive: row b's new entry i (column lengths[b] + i) sees columns 0 .. lengths[b] + i, its
+    cache and its new entries up to itself. Rows of a ``causal_triangle`` (at least K x K): a view when every row
+    has the same length, one gather otherwise, instead of a compare and a select over every entry per forward."""
+    if plan.uniform is not None:
+        return triangle[plan.uniform:plan.uniform + n_new, :plan.key_len][None, None]
+    return triangle[plan.index, :plan.key_len][:, None]
 
 
 def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
@@ -162,6 +200,7 @@ class Qwen3Network(nn.Module):
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._inv_freq: dict[torch.device, Tensor] = {}
+        self._triangles: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
     def new_cache(self, batch: int, capacity: int) -> KVBuffer:
         """An empty preallocated cache for ``batch`` rows of up to ``capacity`` entries, in the network's dtype."""
@@ -169,21 +208,46 @@ class Qwen3Network(nn.Module):
         return KVBuffer(self.config.num_hidden_layers, batch, capacity, self.config.kv_heads,
                         self.config.dim_per_head, w.dtype, w.device)
 
-    def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def _rope(self, positions: Tensor, dtype: torch.dtype) -> Rope:
         inv_freq = self._inv_freq.get(positions.device)
         if inv_freq is None:
             inv_freq = rope_inv_freq(self.config.dim_per_head, self.config.rope_theta).to(positions.device)
             self._inv_freq[positions.device] = inv_freq
-        ang = rope_angles(positions, inv_freq)
-        return ang.cos().to(dtype).unsqueeze(1), ang.sin().to(dtype).unsqueeze(1)
+        return Rope.at(rope_angles(positions, inv_freq), dtype)
 
-    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                cache: KVBuffer | None = None, logits_to_keep: int = 0) -> Tensor:
+    def _triangle(self, size: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """The ``causal_triangle`` the default mask reads, at least [size, size], built once per device and dtype
+        (size = a cache's capacity, for ReFusion prompt + 2 x canvas + slot: 6.6M entries for a 512-token prompt and
+        a 1024 canvas)."""
+        triangle = self._triangles.get((device, dtype))
+        if triangle is None or triangle.shape[0] < size:
+            triangle = self._triangles[device, dtype] = causal_triangle(size, device, dtype)
+        return triangle
+
+    def _attention(self, attention_mask: Tensor | GroupedWindows | None, cache: KVBuffer | None,
+                   plan: Reservation | None, length: int, dtype: torch.dtype,
+                   device: torch.device) -> Tensor | GroupedPlan | None:
+        """What every layer attends with: an additive mask, a grouped plan, or None (causal, no cache)."""
+        if isinstance(attention_mask, GroupedWindows):
+            if grouping_pays(attention_mask, self.config.num_attention_heads, device):
+                return plan_grouped(attention_mask, self.config.num_attention_heads // self.config.kv_heads, dtype,
+                                    device)
+            attention_mask = dense_mask(attention_mask, device)
+        if attention_mask is not None:
+            return additive_mask(attention_mask, dtype)
+        if cache is not None:
+            return causal_mask(self._triangle(cache.capacity, device, dtype), plan, length)
+        return None
+
+    def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
+                attention_mask: Tensor | GroupedWindows | None = None, cache: KVBuffer | None = None,
+                logits_to_keep: int = 0) -> Tensor:
         """Logits [B, L, vocab] (only the last ``logits_to_keep`` positions when > 0).
 
         position_ids: [B|1, L] RoPE positions; default = each row's key column (its cache length + 0..L-1).
-        attention_mask: 4-D [B|1, 1, L, K] over the K = max(cache lengths) + L keys, bool or additive; default is
-        causal over each row's own entries. cache: new k/v are written at each row's length (see ``KVBuffer``).
+        attention_mask: 4-D [B|1, 1, L, K] over the K = max(cache lengths) + L keys, bool or additive, or, with a
+        cache, a ``GroupedWindows`` layout of it (attended group by group where that is cheaper); default is causal
+        over each row's own entries. cache: new k/v are written at each row's length (see ``KVBuffer``).
         """
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, L], got shape {list(input_ids.shape)}")
@@ -192,25 +256,28 @@ class Qwen3Network(nn.Module):
         if cache is not None:
             if cache.batch != b:
                 raise ValueError(f"KV buffer has {cache.batch} rows, input {b}")
+            if isinstance(attention_mask, GroupedWindows) and (attention_mask.lengths != tuple(cache.lengths)
+                                                                or attention_mask.width != length):
+                raise ValueError(f"the grouped layout describes rows of {list(attention_mask.lengths)} cached entries "
+                                 f"and {attention_mask.width} new tokens, the input {list(cache.lengths)} and {length}")
             if position_ids is None:
                 position_ids = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
                     length, device=input_ids.device)
             plan = cache.reserve(length)
-            if attention_mask is None:
-                attention_mask = default_causal_mask([n - length for n in cache.lengths], length, plan.key_len,
-                                                     input_ids.device)
         elif position_ids is None:
             position_ids = torch.arange(length, device=input_ids.device)[None]
+        elif isinstance(attention_mask, GroupedWindows):
+            raise ValueError("a grouped attention layout needs the cache it describes")
         key_len = plan.key_len if plan is not None else length
-        if attention_mask is not None and (attention_mask.dim() != 4 or attention_mask.shape[-2:] != (length, key_len)):
+        if isinstance(attention_mask, Tensor) and (attention_mask.dim() != 4
+                                                   or attention_mask.shape[-2:] != (length, key_len)):
             raise ValueError(f"attention_mask must be [B|1, 1, {length}, {key_len}], got {list(attention_mask.shape)}")
         positions = position_ids.reshape(-1, length).expand(b, length)
         x = self.model.embed_tokens(input_ids)
-        cos, sin = self._rope(positions, x.dtype)
-        if attention_mask is not None:
-            attention_mask = additive_mask(attention_mask, x.dtype)
+        rope = self._rope(positions, x.dtype)
+        mask = self._attention(attention_mask, cache, plan, length, x.dtype, x.device)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, attention_mask, cache, i, plan)
+            x = layer(x, rope, mask, cache, i, plan)
         if logits_to_keep:
             x = x[:, -logits_to_keep:]
         x = self.model.norm(x)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows, refusion_generate
-from models.decoders.refusion_cache import Request, batch_mask
+from models.decoders.refusion_cache import Request, request_windows
+from models.networks.grouped_attention import dense_mask
 from models.networks.kv_buffer import KVBuffer
 from refusion_stubs import NudgedNative, native_copy, tiny_qwen
 
@@ -159,7 +160,7 @@ def test_decoding_builds_no_autograd_graph():
 
 
 def naive_visibility(req: Request, length: int, width: int, key_len: int) -> list[list[bool]]:
-    """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for ``batch_mask``."""
+    """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for the dense mask of ``request_windows``."""
     n_new = req.ids.shape[0]
     window, committed, owned = (req.window, req.committed, req.owned) if req.window else (n_new, length, 1)
     rows = []
@@ -182,7 +183,7 @@ def naive_visibility(req: Request, length: int, width: int, key_len: int) -> lis
     return rows
 
 
-def test_batch_mask_follows_the_visibility_rule():
+def test_dense_mask_follows_the_visibility_rule():
     """Rows in different phases (plain causal, in-slot windows with and without owned tail entries), different
     cache lengths and padding, against the rule evaluated entry by entry."""
     reqs = [Request(torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long)),
@@ -194,4 +195,4 @@ def test_batch_mask_follows_the_visibility_rule():
     width = max(r.ids.shape[0] for r in reqs)
     key_len = max(lengths) + width
     expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
-    assert torch.equal(batch_mask(reqs, lengths, width, key_len, torch.device("cpu")), expected)
+    assert torch.equal(dense_mask(request_windows(reqs, lengths, width), torch.device("cpu")), expected)

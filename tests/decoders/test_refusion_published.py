@@ -6,7 +6,8 @@ in its own environment through benchmarks/refusion_reference.py, on its own netw
 tiny checkpoint. Set REFUSION_REFERENCE_DIR to a checkout of it and REFUSION_REFERENCE_PYTHON to a Python that
 imports it (torch 2.13.0 and transformers 4.52.4, as docs/benchmarks.md shows); without them these tests skip.
 The cases have no end-of-sequence (the two reference defects the project fixes are both about one, docs/decoders.md
-§1.4), and cover every path: slots accepted whole, in-slot completion, and the token-by-token worst case.
+§1.4), and cover every path: slots accepted whole, in-slot completion (at canvas 1024 also the native network's
+grouped attention), and the token-by-token worst case.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CASES = [
     (64, "all", {}),
     (64, "90%", {}),
     (256, "90%", {}),
+    (1024, "90%", {}),  # long enough for the native network to attend group by group (grouped_attention)
     (32, "random", {}),
     (96, "90%", {"slot_size": 4, "serial_num_blocks": 3}),
     (64, "90%", {"slot_threshold": 0.5, "token_threshold": 0.7}),

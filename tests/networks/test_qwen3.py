@@ -14,7 +14,8 @@ from transformers import DynamicCache, Qwen3ForCausalLM
 from transformers import Qwen3Config as HFQwen3Config
 
 from models.networks.loading import CheckpointError, load_network, save_network
-from models.networks.qwen3 import Qwen3Network, additive_mask, default_causal_mask, grouped_query_attention
+from models.networks.kv_buffer import KVBuffer
+from models.networks.qwen3 import Qwen3Network, additive_mask, causal_mask, causal_triangle, grouped_query_attention
 from models.tiny import materialize
 
 torch.set_num_threads(2)
@@ -171,15 +172,20 @@ def test_save_and_reload_round_trip(tmp_path):
         assert torch.equal(net(ids), again(ids))
 
 
-def test_default_causal_mask_is_causal_over_each_rows_own_entries():
-    """Rows of different cache lengths: query i of row b sees columns 0 .. lengths[b] + i; SDPA gets it additive."""
-    lengths, n_new = [3, 7, 0], 4
+@pytest.mark.parametrize("lengths", [[3, 7, 0], [5, 5]])
+def test_causal_mask_is_causal_over_each_rows_own_entries(lengths):
+    """Rows of different cache lengths (a gather) and of one length (a view): query i of row b sees columns
+    0 .. lengths[b] + i, additive as SDPA takes it; evaluated entry by entry."""
+    n_new = 4
+    cache = KVBuffer(1, len(lengths), 16, 1, 2, torch.float32, "cpu")
+    cache.lengths = list(lengths)
+    plan = cache.reserve(n_new)
+    mask = causal_mask(causal_triangle(cache.capacity, torch.device("cpu"), torch.float32), plan, n_new)
     key_len = max(lengths) + n_new
-    mask = default_causal_mask(lengths, n_new, key_len, torch.device("cpu"))
-    expected = torch.tensor([[[c <= n + i for c in range(key_len)] for i in range(n_new)] for n in lengths])[:, None]
-    assert torch.equal(mask, expected)
-    additive = additive_mask(mask, torch.float32)
-    assert torch.equal(additive, torch.zeros(additive.shape).masked_fill(~expected, float("-inf")))
+    allowed = torch.tensor([[[c <= n + i for c in range(key_len)] for i in range(n_new)] for n in lengths])[:, None]
+    expected = torch.zeros(allowed.shape).masked_fill(~allowed, float("-inf"))
+    assert torch.equal(mask.expand(expected.shape), expected)
+    assert torch.equal(mask.expand(expected.shape), additive_mask(allowed, torch.float32))
 
 
 @pytest.mark.parametrize("n_kv", [1, 2, 4])
