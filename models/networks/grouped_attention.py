@@ -70,10 +70,11 @@ def dense_mask(layout: GroupedWindows, device: torch.device) -> Tensor:
     return ((c < seen) | ((key_group == query_group) & ((c < length) | (j <= q))))[:, None]
 
 
-# Break-even of the grouped form on one CPU thread, measured on the tiny Qwen3 (4 heads of 16): the dense kernel
-# spends ~2 ns a score; the grouped form's gathers, merge and second kernel cost ~0.3 ms a layer, its plan ~0.2 ms a
-# forward. At canvas 1024 this takes 0.80x of the dense form's decode time; canvas 512 breaks even, 128 never groups.
-MIN_SKIPPED_SCORES = 1 << 17
+# Break-even of the grouped form on one CPU thread, measured on the tiny Qwen3 (4 heads of 16, 2 layers): the dense
+# kernel spends ~2 ns a score; the grouped form's gathers, merge and second kernel cost ~0.3 ms a layer and its plan
+# ~0.2 ms a forward. With this bound ReFusion at canvas 1024 takes 0.8-0.9x of its all-dense decode time; canvas 512
+# stays dense.
+MIN_SKIPPED_SCORES = 1 << 18
 
 
 def grouping_pays(layout: GroupedWindows, n_heads: int, device: torch.device) -> bool:
