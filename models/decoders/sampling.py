@@ -154,8 +154,10 @@ def margin_confidence(probs: torch.Tensor) -> torch.Tensor:
 
 
 def neg_entropy_confidence(probs: torch.Tensor, epsilon: float = 1e-10) -> torch.Tensor:
-    """sum p log(p + eps): minus the entropy, so a peaked distribution scores highest."""
-    return torch.sum(probs * torch.log(probs + epsilon), dim=-1)
+    """sum p log(p + eps): minus the entropy, so a peaked distribution scores highest. The same kernels as the
+    reference's ``torch.sum(probs * torch.log(probs + epsilon))``, in place on one buffer instead of three."""
+    terms = probs + epsilon
+    return terms.log_().mul_(probs).sum(dim=-1)
 
 
 # ---- transfer schedules -----------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ RUNS = {
                  [r"^## 2\. time per generated token", r"^  random +\d", r"^  batch   8: +[\d.]+ tokens/s",
                   r"^## 4\. where section 3's time goes", r"^ +8 +\d+ +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+$",
                   r"^  batch 8 / batch 1 tokens/s +[\d.]+ \(target >= 2\.5\)  (PASS|FAIL)$",
+                  r"^  \(its network forwards alone\) +[\d.]+$",
                   r"^  wall vs published \(all canvases\) not measured$"]),
     "decoders": (["--canvas", "128", "--prompts", "1", "--rounds", "1", "--diffusion-canvas", "64",
                   "--diffusion-block", "32"],
