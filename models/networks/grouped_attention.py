@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from models.networks.common import additive_mask
+
 
 @dataclass(frozen=True)
 class GroupedWindows:
@@ -97,7 +99,7 @@ class GroupedPlan:
     prefix_len: int
     prefix_mask: Tensor | None  # [B, 1, 1, prefix_len] additive, None when every prefix has one length
     own_columns: Tensor  # [B, G * Ko] cache column of each group's own keys
-    own_mask: Tensor  # [B * G, 1, rep * Wg, Ko] additive
+    own_mask: Tensor  # [B * G * Hkv, rep * Wg, Ko] additive, one copy per batch entry of the groups' kernel
     query_index: Tensor  # [B, G * rep * Wg] the stacked query feeding group g's (r, i) query
     output_index: Tensor  # [B, rep * width] where each stacked query's output sits in the [B, G * rep * Wg] layout
     groups: int
@@ -106,8 +108,10 @@ class GroupedPlan:
     rep: int
 
 
-def plan_grouped(layout: GroupedWindows, rep: int, dtype: torch.dtype, device: torch.device) -> GroupedPlan:
-    """Build the gathers and masks of ``grouped_attention`` for q heads ``rep`` times as many as kv heads."""
+def plan_grouped(layout: GroupedWindows, n_heads: int, n_kv: int, dtype: torch.dtype,
+                 device: torch.device) -> GroupedPlan:
+    """Build the gathers and masks of ``grouped_attention`` for ``n_heads`` q heads over ``n_kv`` kv heads."""
+    rep = n_heads // n_kv
     n_groups, widest = max(layout.groups), max(layout.window)
     own = max(o + w for o, w in zip(layout.owned, layout.window))
     per_row = [layout.lengths, layout.prefix, layout.groups, layout.owned, layout.window]
@@ -118,9 +122,8 @@ def plan_grouped(layout: GroupedWindows, rep: int, dtype: torch.dtype, device: t
     own_columns = torch.where((g < groups) & (k < owned + window), columns, 0).flatten(1)
     i = torch.arange(widest, device=device)[:, None]
     sees = (k <= torch.minimum(owned + i, owned + window - 1)).repeat(1, rep, 1)  # [B, rep * Wg, Ko]
-    zero, blocked = (torch.tensor(v, dtype=dtype, device=device) for v in (0.0, float("-inf")))
-    own_mask = torch.where(sees, zero, blocked)[:, None].expand(-1, n_groups, -1, -1).reshape(-1, 1, rep * widest,
-                                                                                               own)
+    own_mask = additive_mask(sees, dtype)[:, None, None].expand(-1, n_groups, n_kv, -1, -1).reshape(-1, rep * widest,
+                                                                                                   own)
     r = torch.arange(rep, device=device)[:, None]
     i = i.T  # [1, Wg]
     source = r * layout.width + g[:, :, None] * window[..., None] + i  # [B, G, rep, Wg]
@@ -134,7 +137,7 @@ def plan_grouped(layout: GroupedWindows, rep: int, dtype: torch.dtype, device: t
     prefix_mask = None
     if min(layout.prefix) != prefix_len:
         shared = torch.arange(prefix_len, device=device) < prefix[:, :, 0]  # [B, prefix_len]
-        prefix_mask = torch.where(shared, zero, blocked)[:, None, None]
+        prefix_mask = additive_mask(shared, dtype)[:, None, None]
     return GroupedPlan(prefix_len, prefix_mask, own_columns, own_mask, query_index, output_index, n_groups, widest,
                        own, rep)
 
@@ -147,8 +150,7 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> tuple[Tenso
 def _attend_small(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """``_attend`` written out, for many tiny batch entries (the groups), where the flash kernel's per-entry setup
     costs more than the arithmetic."""
-    scores = torch.baddbmm(mask.expand(-1, q.shape[1], -1, -1).flatten(0, 1), q.flatten(0, 1),
-                           k.flatten(0, 1).transpose(1, 2), alpha=q.shape[-1] ** -0.5)
+    scores = torch.baddbmm(mask, q.flatten(0, 1), k.flatten(0, 1).transpose(1, 2), alpha=q.shape[-1] ** -0.5)
     lse = scores.logsumexp(-1, keepdim=True)
     out = torch.bmm((scores - lse).exp(), v.flatten(0, 1))
     return out.view(*q.shape[:-1], v.shape[-1]), lse.view(q.shape[:-1])

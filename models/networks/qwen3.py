@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (GatedMLP, RMSNorm, check_silu_and_default_rope, config_from_dict, config_to_dict,
-                                     merge_heads, rms_norm, rope_angles, rope_inv_freq, split_heads)
+from models.networks.common import (GatedMLP, RMSNorm, additive_mask, check_silu_and_default_rope, config_from_dict,
+                                     config_to_dict, merge_heads, rms_norm, rope_angles, rope_inv_freq, split_heads)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
@@ -178,15 +178,6 @@ def causal_mask(triangle: Tensor, plan: Reservation, n_new: int) -> Tensor:
     return triangle[plan.index, :plan.key_len][:, None]
 
 
-def additive_mask(mask: Tensor, dtype: torch.dtype) -> Tensor:
-    """The mask as SDPA applies it (bool: 0 where allowed, -inf elsewhere, exactly its own conversion), made once per
-    forward instead of once per layer: at batch 8 that conversion was a sixth of a tiny network's forward."""
-    if mask.is_floating_point():
-        return mask.to(dtype)
-    zero, blocked = (torch.tensor(v, dtype=dtype, device=mask.device) for v in (0.0, float("-inf")))
-    return torch.where(mask, zero, blocked)
-
-
 class Qwen3Network(nn.Module):
     """Qwen3ForCausalLM as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` unless tied."""
 
@@ -230,7 +221,7 @@ class Qwen3Network(nn.Module):
         """What every layer attends with: an additive mask, a grouped plan, or None (causal, no cache)."""
         if isinstance(attention_mask, GroupedWindows):
             if grouping_pays(attention_mask, self.config.num_attention_heads, device):
-                return plan_grouped(attention_mask, self.config.num_attention_heads // self.config.kv_heads, dtype,
+                return plan_grouped(attention_mask, self.config.num_attention_heads, self.config.kv_heads, dtype,
                                     device)
             attention_mask = dense_mask(attention_mask, device)
         if attention_mask is not None:

@@ -47,7 +47,7 @@ def test_grouped_attention_equals_sdpa_over_the_dense_mask(heads, kv_heads, dim)
         keys, values = (torch.randn(b, kv_heads, key_len + 5, dim, generator=g) for _ in range(2))  # spare columns
         expected = F.scaled_dot_product_attention(q, keys[:, :, :key_len], values[:, :, :key_len],
                                                   attn_mask=dense_mask(layout, CPU), enable_gqa=heads != kv_heads)
-        got = grouped_attention(q, keys, values, plan_grouped(layout, heads // kv_heads, torch.float32, CPU))
+        got = grouped_attention(q, keys, values, plan_grouped(layout, heads, kv_heads, torch.float32, CPU))
         for row, n in enumerate(real):
             assert (got[row, :, :n] - expected[row, :, :n]).abs().max() < 2e-6
 
@@ -59,7 +59,7 @@ def test_the_grouped_form_skips_the_other_groups():
     g = torch.Generator().manual_seed(0)
     q, keys, values = torch.randn(1, 2, 9, 8, generator=g), torch.randn(1, 1, 19, 8, generator=g), \
         torch.randn(1, 1, 19, 8, generator=g)
-    plan = plan_grouped(layout, 2, torch.float32, CPU)
+    plan = plan_grouped(layout, 2, 1, torch.float32, CPU)
     before = grouped_attention(q, keys, values, plan)
     other, own = values.clone(), values.clone()
     other[:, :, 6:8] += 100.0  # group 1's owned entries (columns 4 + 2*1 ...)

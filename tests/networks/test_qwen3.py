@@ -15,7 +15,8 @@ from transformers import Qwen3Config as HFQwen3Config
 
 from models.networks.loading import CheckpointError, load_network, save_network
 from models.networks.kv_buffer import KVBuffer
-from models.networks.qwen3 import Qwen3Network, additive_mask, causal_mask, causal_triangle, grouped_query_attention
+from models.networks.common import additive_mask
+from models.networks.qwen3 import Qwen3Network, causal_mask, causal_triangle, grouped_query_attention
 from models.tiny import materialize
 
 torch.set_num_threads(2)
