@@ -79,8 +79,10 @@ class ConfidentNetwork(torch.nn.Module):
         return out
 
 
-class ForwardTimer(torch.nn.Module):
-    """Wraps a network: counts its calls and accumulates the time spent inside them (device synchronised)."""
+class SynchronisedTimer(torch.nn.Module):
+    """Wraps a network: counts its calls and accumulates the time spent inside them. Unlike the harness's
+    ``ForwardTimer`` (events, no extra synchronisation) it synchronises the device around every call, so the time
+    outside the network is the decoder's own, not queued device work."""
 
     def __init__(self, inner: torch.nn.Module, device: torch.device):
         super().__init__()
@@ -187,7 +189,7 @@ def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts
             device: torch.device, rounds: int) -> list[Measurement]:
     """The rows on one network and canvas: one warm-up decode each, then ``rounds`` rounds in which every row
     decodes every prompt once, so load that comes and goes falls on all rows alike."""
-    timers = [ForwardTimer(network, device) for _ in rows]
+    timers = [SynchronisedTimer(network, device) for _ in rows]
     for row, timer in zip(rows, timers):
         row.decode(timer, prompts[0], canvas)  # warm-up, not counted
     runs: list[list[tuple[int, int, float, float]]] = [[] for _ in rows]

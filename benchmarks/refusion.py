@@ -12,7 +12,9 @@ Sections:
   3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
      of each size;
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
-     time in the attention kernel and in matrix products, against the time of every op, at each batch size.
+     time in the attention kernel and in matrix products, against the time of every op, at each batch size; then
+     one forward of a batch-1 forward's width timed alone (no profiler) at each batch size: the gain batching the
+     network itself gives, the ceiling of section 3's.
 
     python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--sections 1 2 3 4]
                                   [--reference PATH [--reference-python PY]]
@@ -199,8 +201,9 @@ def op_ms(events, own: str, names: tuple[str, ...] | None = None) -> float:
     return sum(getattr(e, own) for e in events if names is None or any(n in e.key for n in names)) / 1e3
 
 
-def section_profile(args) -> None:
-    """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here."""
+def section_profile(args) -> float | None:
+    """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here.
+    Returns ``forward_gain``'s gain at batch 8."""
     native, prompts, run = batch_workload(args)
     fed = {"calls": 0, "tokens": 0}
 
@@ -231,6 +234,44 @@ def section_profile(args) -> None:
         calls, tokens, attention, matmul, every = (statistics.median(c) for c in zip(*measured))  # calls: fixed
         print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {attention / calls:11.2f} {matmul:7.1f} "
               f"{every:7.1f}")
+    width = round(statistics.median(r[1] / r[0] for r in rows[args.batches[0]]))
+    return forward_gain(native.inner, width, round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2,
+                        args).get(8)
+
+
+def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dict[int, float]:
+    """What batching one forward gains with no decoder around it and no padding: ``width`` new tokens per row (what
+    a batch-1 forward of section 3 feeds on average) on ``cached`` entries (a mean prompt and half the canvas), under
+    a dense mask as ReFusion's forwards have, timed alone at each batch size in interleaved rounds.
+    ``B * t(1) / t(B)`` bounds what any decoder can gain from batching such forwards on this device; returned by
+    batch size."""
+    device = torch.device(args.device)
+    times: dict[int, list[float]] = {b: [] for b in args.batches}
+    calls = {}
+    for b in args.batches:
+        cache = network.new_cache(b, cached + width)
+        network(torch.zeros(b, cached, dtype=torch.long, device=device), cache=cache)
+        ids = torch.zeros(b, width, dtype=torch.long, device=device)
+        mask = torch.ones(b, 1, width, cached + width, dtype=torch.bool, device=device)
+
+        def call(cache=cache, ids=ids, mask=mask) -> None:
+            network(ids, attention_mask=mask, cache=cache)
+            for row in range(cache.batch):
+                cache.truncate(row, cached)
+
+        calls[b] = call
+        call()  # warm-up
+    for _ in range(10 * args.rounds):
+        for b in args.batches:
+            times[b].append(timed(device, calls[b])[1])
+    one = statistics.median(times[args.batches[0]]) / args.batches[0]
+    print(f"\n   one forward alone: {width} new tokens per row on {cached} cached entries (dense mask), "
+          f"medians of {10 * args.rounds} interleaved rounds")
+    gain = {b: b * one / statistics.median(t) for b, t in times.items()}
+    for b, t in times.items():
+        print(f"  batch {b:3d}: {statistics.median(t) * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
+              f"  gain from batching x{gain[b]:.2f}")
+    return gain
 
 
 def main() -> None:
@@ -259,8 +300,7 @@ def main() -> None:
         batch, network_alone = section_batch(args) if 3 in args.sections else (None, None)
         ratios = {"wall vs published (all canvases)": reference, "per-token 1024/128 at 90%": canvas,
                   "batch 8 / batch 1 tokens/s": batch}
-        if 4 in args.sections:
-            section_profile(args)
+        forward_alone = section_profile(args) if 4 in args.sections else None
     print("\n## targets")
     for name, value in ratios.items():
         target = TARGETS[name]
@@ -272,6 +312,8 @@ def main() -> None:
               f"  {'PASS' if ok else 'FAIL'}")
     if network_alone is not None:
         print(f"  {'(its network forwards alone)':28s} {network_alone:6.2f}")
+    if forward_alone is not None:
+        print(f"  {'(one forward alone, batch 8)':28s} {forward_alone:6.2f}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ RUNS = {
                   r"^## 4\. where section 3's time goes", r"^ +8 +\d+ +\d+ +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+$",
                   r"^  batch 8 / batch 1 tokens/s +[\d.]+ \(target >= 2\.5\)  (PASS|FAIL)$",
                   r"^  \(its network forwards alone\) +[\d.]+$",
+                  r"^  batch   8: +[\d.]+ ms \[[\d.]+-[\d.]+\]  gain from batching x[\d.]+$",
+                  r"^  \(one forward alone, batch 8\) +[\d.]+$",
                   r"^  wall vs published \(all canvases\) not measured$"]),
     "decoders": (["--canvas", "128", "--prompts", "1", "--rounds", "1", "--diffusion-canvas", "64",
                   "--diffusion-block", "32"],
