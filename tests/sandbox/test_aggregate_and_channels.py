@@ -237,7 +237,7 @@ def test_a_correct_program_writing_scratch_files_to_tmp_passes(isolation):
 def test_tmp_is_bounded(isolation):
     if not isolation.filesystem:
         pytest.skip("no private /tmp on this machine")
-    program = "open('/tmp/big', 'wb').write(b'x' * (3 << 20))\n"
+    program = "import tempfile\nwith tempfile.NamedTemporaryFile(dir='/tmp') as f:\n    f.write(b'x' * (3 << 20))\n"
     limits = SandboxLimits(cpu_seconds=2.0, max_disk_bytes=2 << 20)
     result = run_programs([program], limits)[0]
     assert result.status == "error" and "No space left on device" in result.output_tail
