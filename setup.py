@@ -1,6 +1,6 @@
 """Everything is in pyproject.toml except one file setuptools cannot declare: the lm-eval plugin's ``.pth``.
 
-The line it holds runs at interpreter start and only installs an import hook (``harness/lmeval_plugin.py``), so that
+The line it holds runs at interpreter start and only installs an import hook (``harness/lmeval/plugin.py``), so that
 lm-eval 0.4.13, which reads no model entry points, finds this package's models under plain ``lm_eval --model``.
 """
 
@@ -10,7 +10,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 PTH_NAME = "dllm_harness_lmeval.pth"
-PTH_LINE = "import harness.lmeval_plugin; harness.lmeval_plugin.install()\n"
+PTH_LINE = "import harness.lmeval.plugin; harness.lmeval.plugin.install()\n"
 
 
 class BuildPyWithPluginPth(build_py):

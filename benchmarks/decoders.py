@@ -36,12 +36,12 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from fastdllm_modes import fastdllm_generate, mode_config
-from harness.timing import timed
+from harness.timing.clock import timed
 from models.decoders.ar import ARConfig, ar_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
-from models.decoders.refusion import RefusionConfig, refusion_decode_row
+from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
 
 OUTSIDE_SHARE_TARGET = 0.20
 DIFFUSION_OUTSIDE_TARGET = 0.10

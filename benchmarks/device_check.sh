@@ -11,7 +11,7 @@ out="${OUT:-device-check}"
 py="${PYTHON:-python3}"
 device="${DEVICE:-cuda}"
 mkdir -p "$out"
-export PYTHONPATH="$PWD:$PWD/benchmarks:$PWD/tests/common:$PWD/tests/decoders" PYTHONUNBUFFERED=1 DLLM_TEST_DEVICE="$device"
+export PYTHONPATH="$PWD:$PWD/benchmarks:$PWD/tests/common:$PWD/tests/models/decoders" PYTHONUNBUFFERED=1 DLLM_TEST_DEVICE="$device"
 
 step() {  # step NAME SECONDS COMMAND...: run it under a time limit, show and keep its output, report its status
   local name=$1 limit=$2

@@ -20,9 +20,9 @@ from typing import Any, Callable
 import torch
 
 from models.decoders.contract import ConfigError, DecodeOutput
-from models.decoders.fastdllm import Network
-from models.decoders.fastdllm_dream import FastDreamConfig, fastdllm_dream_generate
-from models.decoders.fastdllm_llada import FastLLaDAConfig, fastdllm_llada_generate
+from models.decoders.fastdllm.core import Network
+from models.decoders.fastdllm.dream_sampler import FastDreamConfig, fastdllm_dream_generate
+from models.decoders.fastdllm.llada_sampler import FastLLaDAConfig, fastdllm_llada_generate
 from models.options import set_options
 
 MODES = ("baseline", "prefix", "dual", "parallel", "prefix+parallel", "dual+parallel")

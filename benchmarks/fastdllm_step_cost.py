@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from models.decoders.fastdllm import Padding, full_forward, window_forward
+from models.decoders.fastdllm.core import Padding, full_forward, window_forward
 from fastdllm_modes import BENCH_MODES, benchmark_decoders
 from models.networks.common import KVCache
 from models.networks.dream import tiny_dream_config

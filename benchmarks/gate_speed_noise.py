@@ -1,12 +1,12 @@
 """Does the gate's speed check survive this machine's noise, and does it still catch a real 2x slowdown?
 
-One tiny run (tiny-qwen3, gsm8k fixtures, canvas 32) is re-timed with ``harness.gate_speed`` (the measurement
+One tiny run (tiny-qwen3, gsm8k fixtures, canvas 32) is re-timed with ``harness.gate.retiming`` (the measurement
 ``run_eval.py gate-speed`` writes) over and over, alternating two kinds of measurement:
   * normal: the run's own decoder;
   * slowed: the same adapter with its ``decode`` run twice per prompt (a real 2x slowdown of the timed work, planted
     here only).
 Each normal measurement is gated against the previous normal one (an identical rerun: must pass), each slowed one
-against the normal one before it (must fail), with the gate's own comparison (``harness.gate.compared_speed``) and its
+against the normal one before it (must fail), with the gate's own comparison (``harness.gate.checks.compared_speed``) and its
 default tolerance. Beside the normalised change: tokens per CPU-second without the reference, and the passes' wall
 time (what a plain timer would see), for contrast.
 
@@ -25,13 +25,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harness.gate import GateSettings, compared_speed
-from harness.gate_speed import SpeedSettings, load_for_result, measure_run
-from harness.run_folder import load_run
+from harness.gate.checks import GateSettings, compared_speed
+from harness.gate.retiming import SpeedSettings, load_for_result, measure_run
+from harness.run.folder import load_run
 
 
 def make_run(folder: Path, model: str) -> Path:
-    from harness.runner import Runner, RunSettings
+    from harness.run.runner import Runner, RunSettings
 
     Runner(RunSettings(models=(model,), tasks=("gsm8k",), output=folder, gen_length=32, device="cpu",
                        data="fixtures", progress=False)).run()

@@ -31,11 +31,11 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
+from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
-from harness.forward_timer import ForwardTimer
-from harness.timing import timed
+from harness.timing.forward_timer import ForwardTimer
+from harness.timing.clock import timed
 from refusion_cases import NO_EOS, biased, make_prompts
 from refusion_published import PublishedUnavailable, PublishedWorker
 
@@ -152,7 +152,7 @@ def section_canvas(args) -> float:
 def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[[int], None]]:
     """Section 3's workload: the 90% network, the prompts (as many as the largest batch), and a function decoding all
     of them in consecutive batches of a size. The prompts go longest first, the order in which a run batches them
-    (harness.generation.length_order), so a batch holds prompts of similar lengths."""
+    (harness.run.generation.length_order), so a batch holds prompts of similar lengths."""
     native, _, mask_id = networks("90%", 4096, args)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)

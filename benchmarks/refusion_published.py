@@ -1,6 +1,6 @@
 """The project side of the published ReFusion decoder: benchmarks/refusion_reference.py started in a subprocess with
 the Python of an environment the published code imports in, and asked for one case at a time (so a caller's rounds
-interleave with it). Used by benchmarks/refusion.py and tests/decoders/test_refusion_published.py."""
+interleave with it). Used by benchmarks/refusion.py and tests/models/decoders/test_refusion_published.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker for benchmarks/refusion.py and tests/decoders/test_refusion_published.py: the published ReFusion decoder on
+"""Worker for benchmarks/refusion.py and tests/models/decoders/test_refusion_published.py: the published ReFusion decoder on
 its own network class, run with the Python of an environment the published code imports in (it targets
 transformers 4.x; docs/benchmarks.md gives one).
 
@@ -27,7 +27,7 @@ from refusion_cases import NO_EOS, biased, make_prompts
 
 def synchronized(device: str) -> None:
     """Wait for the accelerator, so the wall clock covers the work queued before it (this environment cannot
-    import the project's harness.timing)."""
+    import the project's harness.timing.clock)."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
 

@@ -72,7 +72,7 @@ def default_output(models: Sequence[str], tasks: Sequence[str], experiment: dict
     import hashlib
     import json
 
-    from harness.store import safe_name
+    from harness.run.store import safe_name
 
     digest = hashlib.sha256(json.dumps(experiment or {}, sort_keys=True).encode()).hexdigest()[:8]
     name = safe_name("+".join(models) + "__" + "+".join(tasks))[:110]
@@ -133,7 +133,7 @@ def list_registry() -> str:
 
 
 def settings_from_args(args: argparse.Namespace):
-    from harness.runner import RunSettings
+    from harness.run.runner import RunSettings
     from models.registry import model_names, preset_names
     from tasks.registry import task_names
 
@@ -161,7 +161,7 @@ def settings_from_args(args: argparse.Namespace):
 
 def user_errors() -> tuple[type[BaseException], ...]:
     from harness.errors import RunError
-    from models.adapters.engine_server import EngineError
+    from models.adapters.engine.server import EngineError
     from models.decoders.contract import ConfigError
     from models.sources import ModelLoadError
     from tasks.records import DataError
@@ -183,10 +183,10 @@ def run_main(argv: Sequence[str]) -> int:
         print(list_registry())
         return 0
     quiet_libraries()
-    from harness import distributed
-    from harness.ranks import context_from_env
-    from harness.runner import Runner
-    from harness.summary import summary_table
+    from harness.distributed import data_parallel as distributed
+    from harness.run.ranks import context_from_env
+    from harness.run.runner import Runner
+    from harness.run.summary import summary_table
 
     settings = settings_from_args(args)
     ctx = context_from_env()
@@ -216,11 +216,11 @@ def write_run_report(output: Path) -> str:
 
 
 def sweep_main(argv: Sequence[str]) -> int:
-    from harness import distributed
-    from harness.generation import resolve_device
-    from harness.ranks import context_from_env
-    from harness.sweep import SweepSpec, parse_grids, parse_reference, run_sweep
-    from harness.sweep_parser import build_sweep_parser, list_sweep
+    from harness.distributed import data_parallel as distributed
+    from harness.run.generation import resolve_device
+    from harness.run.ranks import context_from_env
+    from harness.sweep.driver import SweepSpec, parse_grids, parse_reference, run_sweep
+    from harness.sweep.arguments import build_sweep_parser, list_sweep
 
     try:
         args = build_sweep_parser(build_parser()).parse_args(list(argv))
@@ -250,9 +250,9 @@ def sweep_main(argv: Sequence[str]) -> int:
 
 def write_frontier_files(root: Path) -> str:
     """The frontier page and tables; a page that fails does not fail the sweep (every point's results are written)."""
-    from harness.sweep_plan import SweepFolder
-    from reports.frontier import build_frontier
-    from reports.frontier_page import write_frontier
+    from harness.sweep.plan import SweepFolder
+    from reports.frontier.frame import build_frontier
+    from reports.frontier.page import write_frontier
 
     try:
         frontier = build_frontier(root)
@@ -270,12 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return main_report(argv[1:])
     if argv[:1] == ["gate"]:
-        from harness.gate import main_gate
+        from harness.gate.checks import main_gate
 
         return main_gate(argv[1:])
     if argv[:1] == ["gate-speed"]:
         quiet_libraries()
-        from harness.gate_speed import main_gate_speed
+        from harness.gate.retiming import main_gate_speed
 
         return main_gate_speed(argv[1:])
     from harness.errors import NothingToScore

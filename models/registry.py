@@ -23,7 +23,7 @@ ADAPTERS = {
     "llada-fastdllm": "models.adapters.llada:FastLLaDAAdapter",
     "dream": "models.adapters.dream:DreamAdapter",
     "dream-fastdllm": "models.adapters.dream:FastDreamAdapter",
-    "vllm": "models.adapters.vllm_engine:VLLMAdapter",
+    "vllm": "models.adapters.engine.vllm_adapter:VLLMAdapter",
 }
 
 

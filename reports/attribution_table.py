@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.attribution import attribution_table
-from harness.compare import label_results
+from harness.stats.attribution import attribution_table
+from harness.run.compare import label_results
 from reports.report_data import ReportData
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.run_folder import RunLoadError
+from harness.run.folder import RunLoadError
 from reports.browser import BrowserLimits
 from reports.report_data import ReportError
 

@@ -16,9 +16,9 @@ from typing import Any, Sequence
 import jinja2
 import pandas as pd
 
-from harness.aggregate import TOKEN_DEFINITION
+from harness.stats.aggregate import TOKEN_DEFINITION
 from harness.files import write_atomic
-from harness.run_folder import Run, RunFolder
+from harness.run.folder import Run, RunFolder
 from reports import figures
 from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.compare import Labelled, comparability_warnings, label_results
-from harness.run_folder import Run, load_run
+from harness.run.compare import Labelled, comparability_warnings, label_results
+from harness.run.folder import Run, load_run
 from reports.published import COLUMNS, paper_column
 
 

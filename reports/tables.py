@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.compare import MODEL_FIELDS, TASK_FIELDS
-from harness.run_folder import RunFolder
+from harness.run.compare import MODEL_FIELDS, TASK_FIELDS
+from harness.run.folder import RunFolder
 from reports.report_data import Cell, ReportData
 from reports.published import COLUMNS, SOURCE, PublishedCell, paper_row, published_table
 

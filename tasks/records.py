@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.files import JSONLError
-from harness.files import file_sha256, read_jsonl  # file_sha256 is re-exported for tasks.evalplus_data
+from harness.files import file_sha256, read_jsonl  # file_sha256 is re-exported for tasks.evalplus.releases
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -18,7 +18,7 @@ mbpp_plus       pass@1,plus; pass@1,base                                        
 ==============  ==============================================================  ================================
 
 The last two are not in the paper: HumanEval+ and MBPP+ (evalplus) with the paper's HumanEval and MBPP prompts and
-extraction, scored on evalplus's base and extra tests (tasks/evalplus_tasks.py).
+extraction, scored on evalplus's base and extra tests (tasks/evalplus/plus_tasks.py).
 
 Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
 code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
@@ -32,7 +32,7 @@ from typing import Callable
 
 from tasks.arc_challenge import ARCChallenge
 from tasks.base import Task
-from tasks.evalplus_tasks import HumanEvalPlus, MBPPPlus
+from tasks.evalplus.plus_tasks import HumanEvalPlus, MBPPPlus
 from tasks.gpqa import GPQA
 from tasks.gsm8k import GSM8K
 from tasks.hendrycks_math import HendrycksMath

@@ -1,1 +1,1 @@
-"""Model adapters that live in their own modules (engine-backed baselines and the like)."""
+"""Model adapters: one module per family (transformers causal LMs, native networks, engine-served baselines)."""

@@ -6,7 +6,7 @@ from typing import Any
 
 from models.adapters.native import NativeNetworkAdapter
 from models.decoders.dream import DREAM
-from models.decoders.fastdllm_dream import FAST_DREAM
+from models.decoders.fastdllm.dream_sampler import FAST_DREAM
 
 
 class DreamAdapter(NativeNetworkAdapter):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from models.adapters.native import NativeNetworkAdapter
-from models.decoders.fastdllm_llada import FAST_LLADA
+from models.decoders.fastdllm.llada_sampler import FAST_LLADA
 from models.decoders.llada import LLADA
 
 

@@ -13,7 +13,7 @@ from models.adapters.causal import CausalLMAdapter
 from models.adapters.native import load_native_network, load_tokenizer
 from models.base import ModelConfig, RuntimeOptions, TemplateOptions
 from models.decoders.contract import ConfigError
-from models.decoders.refusion import REFUSION
+from models.decoders.refusion.decoder import REFUSION
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,15 @@
-"""Pieces shared by the native LLaDA and Dream networks: RMSNorm, rotate-half RoPE, SwiGLU, SDPA attention with an
-optional KV cache, and the per-forward bookkeeping (key length, query positions, padding mask).
+"""Pieces shared by the native networks: RMSNorm, rotate-half RoPE, SwiGLU, SDPA attention with an optional KV
+cache, the per-forward bookkeeping (key length, query positions, padding mask), and config.json handling (the
+fields the Qwen-family configs share, read and written by name).
 
-Both networks follow docs/networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
+The networks follow docs/networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -292,6 +293,52 @@ def sdpa_mask(
     return out.clamp_min(neg)
 
 
+class BidirectionalNetwork(nn.Module):
+    """The forward LLaDA and Dream share: plan the keys and positions once, embed, run the layers with RoPE and the
+    padding mask, then the final norm and the LM head. A subclass supplies its stored module tree through
+    ``parts()`` and its RoPE tables through ``rope(plan, explicit_positions, dtype)``; ``padding_aware_positions``
+    and ``bool_mask`` are the two places where the references' numerics differ (docs/networks.md)."""
+
+    padding_aware_positions: ClassVar[bool]
+    bool_mask: ClassVar[bool]
+
+    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
+        """(embedding, layers, final norm, LM head) as stored."""
+        raise NotImplementedError
+
+    def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos/sin [B, 1, L, head_dim] at ``plan.positions``."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: KVCache | None = None,
+        store_cache: bool = False,
+        replace_range: tuple[int, int] | None = None,
+        attention_bias: Tensor | None = None,
+    ) -> Tensor:
+        """Logits [B, L, vocab] for ``input_ids`` [B, L], unshifted (position i's output is at i).
+
+        attention_mask: [B, K] 1 = real, 0 = pad over every key attended (see ``plan_forward``); pad keys are masked
+        for every query, pad query rows still see the real keys (whose output nobody reads). position_ids: absolute
+        RoPE positions of the L inputs; the default is the family's (see the subclass). cache / store_cache /
+        replace_range: see ``KVCache``. attention_bias: optional [B|1, H|1, L, K] bool (1 = may attend) or additive
+        float bias, combined with the padding mask.
+        """
+        embed, layers, norm, head = self.parts()
+        plan = plan_forward(input_ids, attention_mask, position_ids, cache, store_cache, replace_range, len(layers),
+                            padding_aware_positions=self.padding_aware_positions, attention_bias=attention_bias)
+        x = embed(input_ids)
+        cos, sin = self.rope(plan, position_ids is not None, x.dtype)
+        mask = sdpa_mask(plan.key_mask, attention_bias, x.dtype, as_bool=self.bool_mask)
+        for i, layer in enumerate(layers):
+            x = layer(x, cos, sin, mask, cache, i, plan)
+        return head(norm(x))
+
+
 def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
     """A network config dataclass from a checkpoint's config.json: known fields by name, the rest kept in ``extra``;
     a transformers-5 ``rope_parameters`` dict is accepted in place of ``rope_theta``/``rope_scaling``."""
@@ -306,18 +353,52 @@ def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
     return cls(**known, extra=extra)
 
 
-def check_silu_and_default_rope(config: Any, family: str) -> None:
-    """The checks every Qwen-family config shares: the native networks implement SiLU and the default RoPE only."""
-    if config.hidden_act != "silu":
-        raise ValueError(f"{family} config: hidden_act={config.hidden_act!r} is not supported "
-                         "(the native network needs 'silu')")
-    scaling = config.rope_scaling or {}
-    if scaling.get("rope_type", scaling.get("type", "default")) != "default":
-        raise ValueError(f"{family} config: rope_scaling={config.rope_scaling!r} is not supported "
-                         "(only the default RoPE)")
-
-
 def config_to_dict(config: Any) -> dict[str, Any]:
     """The inverse of ``config_from_dict``: the unknown fields first, the known ones over them."""
     out = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "extra"}
     return {**config.extra, **out}
+
+
+@dataclass(frozen=True)
+class QwenFamilyConfig:
+    """The config.json fields Qwen2 (Dream) and Qwen3 share, with transformers' names and defaults, and the checks
+    they share: the native networks implement SiLU and the default RoPE only, and q heads share kv heads evenly.
+    A subclass adds its own fields and names its family for the error messages."""
+
+    family: ClassVar[str] = "Qwen"
+    vocab_size: int = 151936
+    hidden_size: int = 4096
+    intermediate_size: int = 22016
+    num_hidden_layers: int = 32
+    num_attention_heads: int = 32
+    num_key_value_heads: int | None = 32
+    hidden_act: str = "silu"
+    max_position_embeddings: int = 32768
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None
+    tie_word_embeddings: bool = False
+    use_sliding_window: bool = False
+
+    def __post_init__(self) -> None:
+        if self.hidden_act != "silu":
+            raise ValueError(f"{self.family} config: hidden_act={self.hidden_act!r} is not supported "
+                             "(the native network needs 'silu')")
+        scaling = self.rope_scaling or {}
+        if scaling.get("rope_type", scaling.get("type", "default")) != "default":
+            raise ValueError(f"{self.family} config: rope_scaling={self.rope_scaling!r} is not supported "
+                             "(only the default RoPE)")
+        if self.num_attention_heads % self.kv_heads:
+            raise ValueError(f"{self.family} config: num_attention_heads {self.num_attention_heads} is not a multiple "
+                             f"of num_key_value_heads {self.kv_heads}")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        return config_from_dict(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return config_to_dict(self)

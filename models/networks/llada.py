@@ -8,7 +8,6 @@ float rounding because RoPE is relative.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,16 +15,18 @@ import torch
 from torch import Tensor, nn
 
 from models.networks.common import (
+    AttentionPlan,
+    BidirectionalNetwork,
     KVCache,
     RMSNorm,
     apply_rope,
     attend,
+    config_from_dict,
+    config_to_dict,
     merge_heads,
     merge_kv,
-    plan_forward,
     rope_angles,
     rope_inv_freq,
-    sdpa_mask,
     split_heads,
     swiglu,
 )
@@ -122,14 +123,10 @@ class LLaDANetworkConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LLaDANetworkConfig":
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: v for k, v in d.items() if k in names}
-        extra = {k: v for k, v in d.items() if k not in names and k != "extra"}
-        return cls(**known, extra=extra)
+        return config_from_dict(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
-        return {**self.extra, **out}
+        return config_to_dict(self)
 
 
 def tiny_llada_config(vocab_size: int) -> LLaDANetworkConfig:
@@ -174,8 +171,13 @@ class LLaDABlock(nn.Module):
         return x + swiglu(self.ff_norm(x), self.ff_proj, self.up_proj, self.ff_out)
 
 
-class LLaDANetwork(nn.Module):
-    """LLaDA-8B as stored: ``model.transformer.{wte, blocks.{i}.*, ln_f, ff_out}`` (ff_out at the top is the LM head)."""
+class LLaDANetwork(BidirectionalNetwork):
+    """LLaDA-8B as stored: ``model.transformer.{wte, blocks.{i}.*, ln_f, ff_out}`` (ff_out at the top is the LM head).
+    Logits have ``rows`` columns; positions default to each input's key column (buffer index), as the reference; the
+    padding mask is additive."""
+
+    padding_aware_positions = False
+    bool_mask = False
 
     def __init__(self, config: LLaDANetworkConfig) -> None:
         super().__init__()
@@ -191,9 +193,20 @@ class LLaDANetwork(nn.Module):
         )
         self._rope_tables: dict[torch.device, tuple[Tensor, Tensor]] = {}
 
-    def _rope(self, positions: Tensor, needed: int) -> tuple[Tensor, Tensor]:
-        """cos/sin [B, 1, L, hd] gathered from an fp32 table built on CPU (as the reference builds it) and kept per
-        device; the table grows when a position beyond it is asked for."""
+    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
+        t = self.model.transformer
+        return t.wte, t.blocks, t.ln_f, t.ff_out
+
+    def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """Gathered from an fp32 table built on CPU (as the reference builds it) and kept per device; the table grows
+        when a position beyond it is asked for."""
+        positions = plan.positions
+        needed = plan.key_len
+        if explicit_positions:
+            lo, hi = int(positions.min()), int(positions.max())
+            if lo < 0:
+                raise ValueError(f"position_ids must be >= 0, got {lo}")
+            needed = hi + 1
         device = positions.device
         table = self._rope_tables.get(device)
         if table is None or table[0].shape[0] < needed:
@@ -202,38 +215,3 @@ class LLaDANetwork(nn.Module):
             table = (ang.cos().to(device), ang.sin().to(device))
             self._rope_tables[device] = table
         return table[0][positions].unsqueeze(1), table[1][positions].unsqueeze(1)
-
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        cache: KVCache | None = None,
-        store_cache: bool = False,
-        replace_range: tuple[int, int] | None = None,
-        attention_bias: Tensor | None = None,
-    ) -> Tensor:
-        """Logits [B, L, rows] for ``input_ids`` [B, L].
-
-        attention_mask: [B, K] 1 = real, 0 = pad over every key attended (see ``plan_forward``); pad keys are masked
-        for every query, pad query rows still see all real keys. An all-ones mask is the same as none.
-        position_ids: absolute RoPE positions of the L inputs; default = their key column (buffer index).
-        cache / store_cache / replace_range: see ``KVCache``. attention_bias: optional [B|1, H|1, L, K] bool
-        (1 = may attend) or additive float bias, combined with the padding mask.
-        """
-        t = self.model.transformer
-        plan = plan_forward(input_ids, attention_mask, position_ids, cache, store_cache, replace_range,
-                            len(t.blocks), padding_aware_positions=False, attention_bias=attention_bias)
-        if position_ids is None:
-            needed = plan.key_len
-        else:
-            lo, hi = int(plan.positions.min()), int(plan.positions.max())
-            if lo < 0:
-                raise ValueError(f"position_ids must be >= 0, got {lo}")
-            needed = hi + 1
-        x = t.wte(input_ids)
-        cos, sin = self._rope(plan.positions, needed)
-        mask = sdpa_mask(plan.key_mask, attention_bias, x.dtype, as_bool=False)
-        for i, block in enumerate(t.blocks):
-            x = block(x, cos, sin, mask, cache, i, plan)
-        return t.ff_out(t.ln_f(x))

@@ -12,66 +12,40 @@ attention mask is a 4-D [B|1, 1, L, K] bool (True = may attend) or additive floa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (GatedMLP, RMSNorm, additive_mask, check_silu_and_default_rope, config_from_dict,
-                                     config_to_dict, merge_heads, rms_norm, rope_angles, rope_inv_freq, split_heads)
+from models.networks.common import (GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads, rms_norm,
+                                     rope_angles, rope_inv_freq, split_heads)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
 
 
 @dataclass(frozen=True)
-class Qwen3NetworkConfig:
+class Qwen3NetworkConfig(QwenFamilyConfig):
     """config.json of a Qwen3 causal LM (transformers field names, its defaults); unsupported values fail early."""
 
-    vocab_size: int = 151936
-    hidden_size: int = 4096
-    intermediate_size: int = 22016
-    num_hidden_layers: int = 32
-    num_attention_heads: int = 32
-    num_key_value_heads: int | None = 32
+    family: ClassVar[str] = "Qwen3"
     head_dim: int | None = 128
-    hidden_act: str = "silu"
-    max_position_embeddings: int = 32768
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 10000.0
-    rope_scaling: dict[str, Any] | None = None
     attention_bias: bool = False
-    tie_word_embeddings: bool = False
-    use_sliding_window: bool = False
     model_type: str = "qwen3"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_silu_and_default_rope(self, "Qwen3")
+        super().__post_init__()
         if self.use_sliding_window:
             raise ValueError("Qwen3 config: use_sliding_window=True is not supported "
                              "(buffer reordering needs full attention)")
-        if self.num_attention_heads % self.kv_heads:
-            raise ValueError(f"Qwen3 config: num_attention_heads {self.num_attention_heads} is not a multiple of "
-                             f"num_key_value_heads {self.kv_heads}")
         if self.dim_per_head % 2:
             raise ValueError(f"Qwen3 config: head_dim {self.dim_per_head} must be even for RoPE")
 
     @property
     def dim_per_head(self) -> int:
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
-
-    @property
-    def kv_heads(self) -> int:
-        return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Qwen3NetworkConfig":
-        return config_from_dict(cls, d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return config_to_dict(self)
 
 
 class Qwen3Attention(nn.Module):

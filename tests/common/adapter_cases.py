@@ -1,5 +1,5 @@
 """The tiny adapters with options small enough for a 24-token canvas, and chat requests for them: shared by the
-adapter tests on the CPU (tests/foundation) and on a device (tests/cuda)."""
+adapter tests on the CPU (tests/models) and on a device (tests/cuda)."""
 
 from __future__ import annotations
 

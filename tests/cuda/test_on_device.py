@@ -15,9 +15,9 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from harness.forward_timer import ForwardTimer
-from harness.timing import timed
-from models.decoders.refusion import RefusionConfig, refusion_decode_row, refusion_decode_rows
+from harness.timing.forward_timer import ForwardTimer
+from harness.timing.clock import timed
+from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.decoders.sampling import as_logits
 from models.networks.loading import load_network
 from models.registry import load_adapter, spec_for

@@ -1,6 +1,6 @@
 """The frontier's statistics on synthetic sweeps whose answers are known by construction.
 
-Sweep folders are written in the sweep's own format (sweep.json from harness.sweep_plan, each point a run folder
+Sweep folders are written in the sweep's own format (sweep.json from harness.sweep.plan, each point a run folder
 in the runner's format), so the frontier reads them exactly as it reads a real sweep.
 """
 
@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from harness.crossover import crossings
+from harness.sweep.crossover import crossings
 from harness.files import write_json_atomic
-from harness.sweep_plan import PLAN_NAME, Point, SweepPlan
-from reports.frontier import build_frontier, frontier_frame, pareto_mask
-from reports.frontier_page import write_frontier
+from harness.sweep.plan import PLAN_NAME, Point, SweepPlan
+from reports.frontier.frame import build_frontier, frontier_frame, pareto_mask
+from reports.frontier.page import write_frontier
 
 N = 60
 

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from harness.gate import PASS, main_gate
+from harness.gate.checks import PASS, main_gate
 from reports.html import write_report
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from harness.runner import Runner, RunSettings
+    from harness.run.runner import Runner, RunSettings
 
     output = tmp_path_factory.mktemp("tiny") / "run"
     settings = RunSettings(models=("tiny-qwen3",), tasks=("gsm8k",), output=output, limit=3, gen_length=8,

@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 import pandas as pd
 import pytest
 
-from harness.run_folder import RunLoadError, load_run
+from harness.run.folder import RunLoadError, load_run
 from models.registry import MODELS
 from reports.browser import BrowserLimits, browser_payload, script_json
 from reports.command import main_report

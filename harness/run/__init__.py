@@ -1,0 +1,7 @@
+"""The run loop and what it writes: plan the jobs, generate what the store lacks, score, aggregate, write the run folder.
+
+``runner`` joins tasks and adapters; ``generation`` is the one batch loop (also driven by the lm-eval model);
+``store`` is the append-only resume store and ``folder`` the one place that knows a run folder's layout; ``manifest``
+records what makes runs comparable and ``compare`` decides whether two runs are; ``ranks`` says which share of the
+work this process does; ``summary`` is the table printed at the end.
+"""

@@ -1,0 +1,145 @@
+"""The generation loop shared by the runner and the lm-eval model: device, seed, batches, timed decode, records.
+
+Both callers hand it requests and get back, batch by batch, one record per request with the fields of
+docs/measurement.md; the runner stores each batch before the next starts, the lm-eval model keeps them for its speed
+log. Only the decoder call is timed (tokenisation excluded), with the device synchronised on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from harness.errors import RunError
+from harness.timing.forward_timer import ForwardTimer, timed_network
+from harness.timing.clock import reset_peak_memory, timed
+from models.base import Generation, GenerationRequest, ModelAdapter
+from models.options import with_default_seed
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """``auto`` is this rank's GPU when there is one (torchrun's LOCAL_RANK), else the CPU. A name torch does not
+    know, or a GPU this machine lacks, is a one-line RunError."""
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise RunError(f"unknown device {name!r}; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RunError(f"device {name} requested but CUDA is not available (use --device cpu)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise RunError(f"device {name} requested but this machine has {torch.cuda.device_count()} GPU(s)")
+    if device.type not in ("cpu", "cuda"):
+        raise RunError(f"device {name} is not supported; use auto, cpu, cuda or cuda:N")
+    return device
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def with_run_seed(config: Any, seed: int) -> Any:
+    """Samplers without an explicit seed take the run's seed, so sampled runs are reproducible too."""
+    return with_default_seed(config, seed)
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    batch_size: int = 1
+    warmup: int = 1  # the first ``warmup`` samples decoded run as their own batches and are left out of speed figures
+    seed: int = 1234
+    rank: int = 0
+    by_length: bool = False  # decode in order of prompt length (longest first), so a batch's padding is small
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One decoded batch: the positions of its requests in the caller's list and a record per request."""
+
+    indices: Sequence[int]
+    records: list[dict[str, Any]]
+
+
+def same_canvas_batches(requests: Sequence[GenerationRequest], size: int,
+                        order: Sequence[int] | None = None) -> Iterator[list[int]]:
+    """Requests in ``order`` (default: as given), up to ``size`` at a time, never mixing canvas lengths (a decoder
+    runs one canvas)."""
+    order = list(range(len(requests))) if order is None else list(order)
+    start = 0
+    for end in range(1, len(order) + 1):
+        if end == len(order) or end - start == size or \
+                requests[order[end]].canvas_tokens != requests[order[start]].canvas_tokens:
+            yield order[start:end]
+            start = end
+
+
+def loop_batches(requests: Sequence[GenerationRequest], size: int, warmup: int,
+                 order: Sequence[int] | None = None) -> Iterator[tuple[list[int], bool]]:
+    """(positions, is_warmup) of every batch. The first ``warmup`` samples form their own batches (at most ``size``
+    each), so every later batch is fully timed and warm-up counts samples, whatever the batch size."""
+    order = list(range(len(requests))) if order is None else list(order)
+    for positions in same_canvas_batches(requests, size, order[:warmup]):
+        yield positions, True
+    for positions in same_canvas_batches(requests, size, order[warmup:]):
+        yield positions, False
+
+
+def length_order(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest]) -> list[int]:
+    """Positions grouped by canvas, longest prompt (in tokens) first within a canvas, as lm-eval orders its
+    requests; ties keep the caller's order, so the order is deterministic."""
+    lengths = [len(adapter.tokenizer(adapter.render(r, config), add_special_tokens=False)["input_ids"])
+               for r in requests]
+    return sorted(range(len(requests)), key=lambda i: (requests[i].canvas_tokens, -lengths[i]))
+
+
+def generate_timed(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest]
+                   ) -> tuple[list[str], list[Generation], float, float | None]:
+    """Rendered prompts, generations, the wall seconds of the decoder call alone (tokenisation excluded) and the
+    seconds of it spent inside network forwards (None when the network runs elsewhere, e.g. in an engine)."""
+    batch = adapter.prepare(requests, config)
+    network = timed_network(adapter, batch.config)  # loads the weights, outside the timed call
+    if network is None:
+        results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
+        return batch.prompts, adapter.finish(batch, results), seconds, None
+    with ForwardTimer(network, adapter.device) as forwards:
+        results, seconds = timed(adapter.device, lambda: adapter.decode(batch))
+    return batch.prompts, adapter.finish(batch, results), seconds, forwards.seconds()
+
+
+def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
+                  rank: int, forward_seconds: float | None = None) -> dict[str, Any]:
+    """The measurement fields of one sample; a batch's time (and its time inside forwards) is split evenly across
+    its rows."""
+    return {
+        "prompt": prompt,
+        **dataclasses.asdict(generation),
+        "latency_s": seconds / batch_size,
+        "forward_s": None if forward_seconds is None else forward_seconds / batch_size,
+        "batch_latency_s": seconds,
+        "batch_size": batch_size,
+        "warmup": warmup,
+        "rank": rank,
+    }
+
+
+def generate_batches(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
+                     settings: LoopSettings) -> Iterator[Batch]:
+    """Seed, reset the peak-memory counter, then decode ``requests`` batch by batch (in the caller's order, or by
+    prompt length). Read ``harness.timing.clock.peak_memory_bytes(adapter.device)`` once the loop is done for the peak of
+    this loop."""
+    seed_everything(settings.seed)
+    reset_peak_memory(adapter.device)
+    order = length_order(adapter, config, requests) if settings.by_length else None
+    for positions, warm in loop_batches(requests, settings.batch_size, settings.warmup, order):
+        prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
+        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), warm, settings.rank,
+                                              forward_s)
+                                for prompt, gen in zip(prompts, generations)])

@@ -1,0 +1,299 @@
+"""The run loop: models × tasks, resumable generation, timing, scoring and the results file.
+
+The harness joins the two sides: a task turns documents into chat turns and scores text; an adapter turns chat turns
+into text. Every job is planned (and so validated) before any model loads; then the run goes model by model, with
+one model resident at a time, and rewrites the results file after every job. Everything a run finishes is in the
+store before the next batch starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from tqdm import tqdm
+
+from harness.stats.aggregate import aggregate
+from harness.stats.attribution import attribution_table
+from harness.errors import NothingToScore
+from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
+from harness.run.manifest import environment
+from harness.run.ranks import DistContext
+from harness.run.folder import RunFolder, check_writable
+from harness.run.store import SampleStore, sample_key
+from harness.timing.clock import peak_memory_bytes
+from models.base import GenerationRequest, Message, ModelAdapter
+from models.sources import parse_dtype
+from models.options import coerce, record
+from models.adapters.resident import hand_over
+from models.registry import ModelSpec, load_adapter, spec_for
+from tasks.base import Doc, Task, TaskPrompt
+from tasks.records import LoadedData
+from tasks.registry import make_task
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    models: tuple[str, ...]
+    tasks: tuple[str, ...]
+    output: Path
+    limit: int | None = None
+    seed: int = 1234
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: int = 1
+    warmup: int = 1
+    data: str = "auto"  # "auto" | "hub" | "fixtures"
+    data_dir: Path | None = None
+    gen_length: int | None = None  # overrides every task's canvas length
+    preset: str | None = None
+    model_args: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rescore: bool = False
+    progress: bool = True
+    store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
+
+
+@dataclass(frozen=True)
+class PlannedSample:
+    doc: Doc
+    prompt: TaskPrompt
+    request: GenerationRequest
+    key: str
+
+
+def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
+    turns = []
+    if prompt.system is not None:
+        turns.append(Message("system", prompt.system))
+    turns.append(Message("user", prompt.user))
+    if prompt.prefill is not None:
+        turns.append(Message("assistant", prompt.prefill))
+    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas_tokens, stop=prompt.stop)
+
+
+def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, config: Any, canvas: int,
+         seed: int, batch_size: int = 1) -> list[PlannedSample]:
+    """Batched outputs may differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key."""
+    identity = adapter.identity()
+    decoding = record(config)
+    planned = []
+    for doc in docs:
+        prompt = task.prompt(doc)
+        key = sample_key(model=identity, decoding=decoding, task=task.name, task_version=task.version,
+                         doc=doc.id, prompt=dataclasses.asdict(prompt), canvas=canvas, seed=seed,
+                         batch_size=batch_size)
+        planned.append(PlannedSample(doc, prompt, to_request(prompt, canvas), key))
+    return planned
+
+
+def prompt_hash(planned: Sequence[PlannedSample]) -> str:
+    digest = hashlib.sha256()
+    for p in planned:
+        digest.update(json.dumps(dataclasses.asdict(p.prompt), sort_keys=True).encode())
+    return digest.hexdigest()[:16]
+
+
+def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[PlannedSample], store: SampleStore,
+                     settings: RunSettings, label: str, rank: int = 0) -> None:
+    """Generate every pending sample in batches; each finished batch is appended to the store before the next."""
+    loop = LoopSettings(settings.batch_size, settings.warmup, settings.seed, rank, by_length=True)
+    bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
+    for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
+        store.append([{"key": pending[i].key, "doc_id": pending[i].doc.id, **record}
+                      for i, record in zip(batch.indices, batch.records)])
+        bar.update(len(batch.indices))
+    bar.close()
+    store.write_peak_memory(peak_memory_bytes(adapter.device))
+
+
+def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str, dict[str, Any]]) -> list[dict]:
+    """Score every stored generation of this plan, in plan order; the scorer runs on all of them at once."""
+    present = [p for p in planned if p.key in stored]
+    scores = task.score([p.doc for p in present], [stored[p.key]["text"] for p in present])
+    samples = []
+    for p, score in zip(present, scores):
+        record = dict(stored[p.key])
+        record.update({
+            "group": p.doc.group,
+            "target": score.target,
+            "extracted": score.extracted,
+            "scores": score.scores,
+            "diagnostics": score.diagnostics,
+        })
+        samples.append(record)
+    return samples
+
+
+@dataclass
+class Job:
+    """One model × task of a run, planned: what to generate and under which keys."""
+
+    spec: ModelSpec
+    adapter: ModelAdapter
+    task: Task
+    data: LoadedData
+    config: Any
+    canvas: int
+    planned: list[PlannedSample]
+
+
+def model_groups(jobs: Sequence[Job]) -> list[list[Job]]:
+    """Jobs by model, in run order, with models that share a checkpoint (same share key) next to each other, so
+    one loaded network serves them all before it is released."""
+    by_model: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_model.setdefault(job.spec.name, []).append(job)
+    groups = list(by_model.values())
+    keys = [getattr(g[0].adapter, "share_key", lambda: id(g[0].adapter))() for g in groups]
+    first = {key: keys.index(key) for key in keys}
+    order = sorted(range(len(groups)), key=lambda i: first[keys[i]])  # stable: run order within a checkpoint
+    return [groups[i] for i in order]
+
+
+class Runner:
+    def __init__(self, settings: RunSettings, dist_ctx: DistContext = DistContext()):
+        self.settings = settings
+        self.dist = dist_ctx
+        self.folder = RunFolder(settings.output, store_dir=settings.store_dir)
+        self.device = resolve_device(settings.device, dist_ctx.local_rank)
+        self.dtype = parse_dtype(settings.dtype, self.device)
+
+    def note(self, message: str) -> None:
+        if self.dist.is_main:
+            print(f"note: {message}")
+
+    def load_data(self, task: Task) -> LoadedData:
+        data = task.load(self.settings.data, self.settings.data_dir)
+        if data.source == "fixtures" and self.settings.data == "auto":
+            self.note(f"{task.name}: hub dataset {task.dataset.hub_id} not reachable, using the bundled fixture "
+                      f"items (pass --data hub to fail instead, or --data-dir for local files)")
+        return data
+
+    def plan_all(self) -> list[Job]:
+        """Every job of the run, planned and validated (output folder, data, sandbox, decoding options and canvas)
+        before any model loads; a bad run fails here with one line."""
+        s = self.settings
+        if not s.rescore:
+            check_writable(self.folder.root)
+        tasks = [make_task(name) for name in s.tasks]
+        data = {task.name: self.load_data(task) for task in tasks}
+        jobs = []
+        for name in s.models:
+            spec = spec_for(name)
+            adapter = self.adapter(spec)
+            jobs.extend(self.plan_job(spec, adapter, task, data[task.name]) for task in tasks)
+        if s.rescore and not any(self.store(job).load() for job in jobs):
+            raise NothingToScore(f"--rescore: nothing is stored in {self.folder.root} for these models and tasks "
+                                 f"(run without --rescore to generate, or point --output at a finished run)")
+        if not s.rescore:
+            for task in tasks:
+                if any(self.pending(job) for job in jobs if job.task is task):
+                    task.check_ready()
+        return jobs
+
+    def run(self, wait_for_ranks: Callable[[], None] = lambda: None,
+            after_job: Callable[[dict[str, Any]], None] = lambda payload: None) -> dict[str, Any] | None:
+        """Plan everything, then model by model: generate this rank's share of each job, wait for all ranks (the
+        launcher's barrier, given by the command line), and (rank 0) score it and rewrite the results file, then
+        ``after_job(payload)`` (the command line rewrites the report there). A model's weights are released (or
+        handed to the next model on the same checkpoint) after its jobs."""
+        s = self.settings
+        jobs = self.plan_all()
+        manifest = {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "environment": environment(self.device),
+            "world_size": self.dist.world_size,
+            "settings": {k: v for k, v in dataclasses.asdict(s).items() if k != "progress"},
+        }
+        results: list[dict[str, Any]] = []
+        payload: dict[str, Any] = {"manifest": manifest, "results": results}
+        groups = model_groups(jobs)
+        for number, group in enumerate(groups):
+            for adapter, adapter_jobs in itertools.groupby(group, key=lambda job: job.adapter):
+                # An engine server lives as long as its model's jobs; its files go to the run folder.
+                with adapter.session(self.folder.engine_path(adapter.name)):
+                    for job in adapter_jobs:
+                        if not s.rescore:
+                            self.generate(job)
+                        wait_for_ranks()
+                        if self.dist.is_main:
+                            results.append(self.score(job))
+                            payload["attribution"] = attribution_table(results)
+                            self.folder.write_results(payload)
+                            after_job(payload)
+            following = groups[number + 1][0].adapter if number + 1 < len(groups) else None
+            hand_over(group[0].adapter, following)
+        return payload if self.dist.is_main else None
+
+    def adapter(self, spec: ModelSpec) -> ModelAdapter:
+        return load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+
+    def store(self, job: Job) -> SampleStore:
+        return self.folder.store(job.spec.name, job.task.name, self.dist.rank)
+
+    def plan_job(self, spec: ModelSpec, adapter: ModelAdapter, task: Task, data: LoadedData) -> Job:
+        s = self.settings
+        every = task.docs(data.records)
+        docs = every[: s.limit] if s.limit else every
+        if s.limit and s.limit > len(every) and spec.name == s.models[0]:
+            self.note(f"{task.name}: --limit {s.limit} is more than its {len(every)} items; running all "
+                      f"{len(every)}")
+        overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
+        preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
+        canvas = s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or task.canvas_tokens
+        config = with_run_seed(adapter.make_config(overrides, canvas), s.seed)  # validated here, before any decode
+        planned = plan(task, docs, adapter, config, canvas, s.seed, s.batch_size)
+        return Job(spec, adapter, task, data, config, canvas, planned)
+
+    def pending(self, job: Job) -> list[PlannedSample]:
+        """This rank's share (every world_size-th sample of the plan) minus what any rank already stored."""
+        stored = self.store(job).load()
+        return [p for p in job.planned[self.dist.rank::self.dist.world_size] if p.key not in stored]
+
+    def generate(self, job: Job) -> None:
+        pending = self.pending(job)
+        if not pending:
+            return
+        label = f"{job.spec.name} · {job.task.name}" + (f" · rank {self.dist.rank}" if self.dist.active else "")
+        generate_missing(job.adapter, job.config, pending, self.store(job), self.settings, label, self.dist.rank)
+
+    def score(self, job: Job) -> dict[str, Any]:
+        s = self.settings
+        store = self.store(job)
+        stored = store.load()
+        missing = sum(p.key not in stored for p in job.planned)
+        if missing and s.progress:
+            print(f"note: {job.spec.name} · {job.task.name}: {missing} of {len(job.planned)} samples not generated "
+                  f"yet; scoring the {len(job.planned) - missing} stored")
+        samples = score_samples(job.task, job.planned, stored)
+        self.folder.write_samples(job.spec.name, job.task.name, samples)
+        summary = aggregate(samples, job.task.primary_metric, s.batch_size, store.peak_memory(), self.device.type)
+        return {
+            "model": job.spec.name,
+            "task": job.task.name,
+            "manifest": {
+                "model_ref": job.spec.ref,
+                "model": job.adapter.identity(),
+                "decoding": record(job.config),
+                "preset": s.preset,
+                "task": job.task.describe(),
+                "task_version": job.task.version,
+                "canvas_tokens": job.canvas,
+                "dataset": job.data.location,
+                "data_source": job.data.source,
+                "data_sha256": job.data.sha256,
+                "prompt_sha256": prompt_hash(job.planned),
+                "seed": s.seed,
+                "limit": s.limit,
+                "batch_size": s.batch_size,
+                "n_planned": len(job.planned),
+                **job.adapter.run_manifest(self.folder.engine_path(job.spec.name)),
+            },
+            **summary,
+        }

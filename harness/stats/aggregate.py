@@ -1,0 +1,127 @@
+"""From scored sample records to the per-(model, task) figures of docs/measurement.md."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any, Sequence
+
+import numpy as np
+
+from harness.stats.estimates import summarize
+
+TOKEN_DEFINITION = "generated_until_eos"
+MIN_TIMED_SAMPLES = 5  # a speed figure resting on fewer timed samples is marked ``low_sample``
+PEAK_MEMORY_SCOPES = {
+    "cuda": "this job only: CUDA max allocated, reset at the job's start, one model resident",
+    "cpu": "process peak RSS since start: not resettable on CPU, so it includes earlier jobs of the run",
+}
+
+
+def metric_table(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    names = sorted({name for s in samples for name in s["scores"]})
+    return {name: summarize([s["scores"][name] for s in samples if name in s["scores"]]).as_dict() for name in names}
+
+
+def group_tables(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-subject metrics; the overall mean over all samples is the size-weighted mean of these."""
+    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for s in samples:
+        if s.get("group") is not None:
+            by_group[s["group"]].append(s)
+    return {group: metric_table(items) for group, items in sorted(by_group.items())}
+
+
+def recorded_batch_size(samples: Sequence[dict[str, Any]], fallback: int) -> int:
+    """The batch size the samples were decoded at (their own records; the largest, since a last batch is short)."""
+    return max((int(s["batch_size"]) for s in samples if not s.get("warmup") and "batch_size" in s),
+               default=fallback)
+
+
+def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None,
+                  peak_memory_device: str | None = None) -> dict[str, Any]:
+    """Speed figures of docs/measurement.md; ``batch_size`` is only the fallback for records that carry none."""
+    timed = [s for s in samples if not s.get("warmup")]
+    latencies = np.array([s["latency_s"] for s in timed], dtype=float)
+    forwards = sum(s["nfe"] for s in samples)
+
+    def pct(q: float) -> float | None:
+        return float(np.percentile(latencies, q)) if len(latencies) else None
+
+    figures = {
+        "token_definition": TOKEN_DEFINITION,
+        "tokens_per_second": _tps(timed),
+        "tokens_per_forward": sum(s["gen_tokens"] for s in samples) / forwards if forwards else None,
+        "forwards_per_sample": forwards / len(samples) if samples and forwards else None,  # 0: not counted
+        "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
+                      "p50": pct(50), "p90": pct(90), "p99": pct(99)},
+        "gen_tokens_mean": float(np.mean([s["gen_tokens"] for s in samples])) if samples else None,
+        "gen_tokens_after_stop_mean": (float(np.mean([s["gen_tokens_after_stop"] for s in samples]))
+                                       if samples else None),
+        "canvas_tokens": max((s["canvas_tokens"] for s in samples), default=None),
+        "warmup_samples": len(samples) - len(timed),
+        "timed_samples": len(timed),
+        "min_timed_samples": MIN_TIMED_SAMPLES,
+        "low_sample": len(timed) < MIN_TIMED_SAMPLES,
+        "batch_size": recorded_batch_size(samples, batch_size),
+        "peak_memory_bytes": peak_memory,
+        "per_token": per_token(timed),
+    }
+    requests = [s["request_latency_s"] for s in timed if s.get("request_latency_s") is not None]
+    if requests:  # engine-served models: each request's own client-side wall time, requests in flight together
+        figures["request_latency_s"] = {"mean": float(np.mean(requests)), "p50": float(np.percentile(requests, 50)),
+                                        "p90": float(np.percentile(requests, 90)),
+                                        "p99": float(np.percentile(requests, 99))}
+    if peak_memory_device in PEAK_MEMORY_SCOPES:
+        figures["peak_memory_scope"] = PEAK_MEMORY_SCOPES[peak_memory_device]
+    ranks = sorted({s.get("rank", 0) for s in timed})
+    if len(ranks) > 1:  # data-parallel: each rank's throughput, and their sum as the run's
+        per_rank = {str(r): _tps([s for s in timed if s.get("rank", 0) == r]) for r in ranks}
+        figures["per_rank_tokens_per_second"] = per_rank
+        figures["combined_tokens_per_second"] = sum(v for v in per_rank.values() if v is not None)
+    return figures
+
+
+def per_token(timed: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """What one generated token costs over the timed samples: seconds, network forwards and seconds inside them
+    (None where not counted or not measured): the inputs of the speedup attribution."""
+    tokens = sum(s["gen_tokens"] for s in timed)
+    forwards = sum(s["nfe"] for s in timed)
+    inside = [s.get("forward_s") for s in timed]
+    measured = bool(timed) and all(v is not None for v in inside)
+    return {
+        "seconds": sum(s["latency_s"] for s in timed) / tokens if tokens else None,
+        "forwards": forwards / tokens if tokens and forwards else None,
+        "forward_seconds": sum(inside) / tokens if tokens and measured and forwards else None,
+    }
+
+
+def _tps(samples: Sequence[dict[str, Any]]) -> float | None:
+    seconds = sum(s["latency_s"] for s in samples)
+    return sum(s["gen_tokens"] for s in samples) / seconds if seconds > 0 else None
+
+
+def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Boolean flags become rates (empty, invalid, truncated); ``*_status`` flags (code execution) become counts.
+    Other per-sample diagnostics (output tails) stay in the sample records."""
+    n = len(samples)
+    out: dict[str, Any] = {"truncated_rate": sum(bool(s["hit_max_tokens"]) for s in samples) / n if n else None}
+    keys = sorted({k for s in samples for k in s.get("diagnostics", {})})
+    for key in keys:
+        values = [s["diagnostics"][key] for s in samples if key in s.get("diagnostics", {})]
+        if all(isinstance(v, bool) for v in values):
+            out[f"{key}_rate"] = sum(values) / len(values)
+        elif key.endswith("_status"):
+            out[f"{key}_counts"] = dict(Counter(str(v) for v in values))
+    return out
+
+
+def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size: int,
+              peak_memory: int | None, peak_memory_device: str | None = None) -> dict[str, Any]:
+    return {
+        "n_samples": len(samples),
+        "primary_metric": primary_metric,
+        "metrics": metric_table(samples),
+        "groups": group_tables(samples),
+        "speed": speed_figures(samples, batch_size, peak_memory, peak_memory_device),
+        "diagnostics": diagnostic_rates(samples),
+    }

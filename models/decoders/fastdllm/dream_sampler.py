@@ -1,0 +1,266 @@
+"""Fast-dLLM (v1) sampler for Dream (docs/decoders.md §4): Dream's shifted logits (position i scored by the output at
+i-1) with confidence-threshold parallel decoding and the block-wise prefix / dual KV cache.
+
+What runs, by ``cache`` and ``threshold``:
+- none, threshold None: plain Dream (``dream_generate``, any ``alg``).
+- none, threshold t: ``alg='confidence_threshold'`` over the whole canvas (no blocks). Each step ranks the top
+  n + carry masks, n = max_new_tokens / steps; the top-1 is taken, every other one only if conf >= t, and the
+  rejected ones carry over to the next step (steps are added at the end until no mask is left).
+- prefix / dual, threshold None: blocks; entropy order on Dream's floor schedule of steps / blocks per block.
+- prefix / dual, threshold t: blocks; the block's top-1 mask plus every other one with conf >= t.
+
+In the cached modes each block starts with a full forward that refreshes the cache and **commits the block's first
+token unconditionally** (Dream's ``sample_tokens`` at that position): a later window's first position would need
+the output of the cached token before it, which a window call does not produce. The forced commit counts as step 1
+of the block's schedule, so the cached entropy path needs at least 2 steps per block.
+
+Decisions (the reference differs; tokens are unchanged in ordinary runs):
+- The reference cached path silently scores every ``alg`` by entropy; here any alg other than ``entropy`` is a
+  ConfigError with threshold None in a cached mode (with a threshold, ``alg`` and ``alg_temp`` are not used, as
+  in the reference's ``confidence_threshold``).
+- The reference stops a cached block after ``steps_per_block`` steps even with masks left (one step per block then
+  returns masks, Fast-dLLM PR #82 / issue #66); that setting is rejected here.
+- No forward is spent once a block (or the canvas) has no masks: the reference runs one more window forward for a
+  block of length 1, and its no-cache threshold path keeps stepping after the last mask is gone.
+- Only masks of the generated part are candidates (mask ids inside the prompt are never filled). A network that
+  proposes the mask id itself leaves that position a candidate (the reference's carry loses count of it and can
+  return a mask); every loop is bounded, so such a network cannot hang the sampler.
+- Batches: rows are independent (per-row candidates and carry; the reference asserts batch 1 for thresholds) and
+  left padding works in every mode: the attention mask covers all keys and the positions are Dream's tok_idx at
+  the window's columns (the reference's cached modes overwrite position ids and mis-slice the mask, §4.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
+from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, padding_inputs,
+                                  validate_dream_config)
+from models.decoders.fastdllm.core import (
+    CACHE_MODES,
+    Cache,
+    Network,
+    Padding,
+    full_forward,
+    select_transfer,
+    shifted_rows,
+    window_forward,
+)
+from models.decoders.sampling import Draws, check_inputs, dream_timesteps, dream_transfer_count
+from models.networks.common import KVCache
+
+
+@dataclass(frozen=True)
+class FastDreamConfig:
+    """Plain Dream's settings plus Fast-dLLM's. Defaults are Fast-dLLM's dual cache + parallel setting (§4.3:
+    block 32, threshold 0.9).
+
+    ``dream.steps``: total steps (None: resolved from the canvas, one nominal step per block with a threshold, else
+    one per token). Cached modes split them per block (the entropy schedule; unused with a threshold but it must
+    still divide into blocks, as the reference asserts). Without a cache and with a threshold, max_new_tokens /
+    steps is the nominal number of candidates per step (the reference evaluations use steps = max_new_tokens / 32).
+    ``block_length`` is not used with ``cache='none'``.
+    """
+
+    dream: DreamConfig = DreamConfig()
+    block_length: int = 32
+    threshold: float | None = 0.9
+    cache: Cache = "dual"
+
+
+def fast_dream_at_canvas(cfg: FastDreamConfig, canvas: int) -> FastDreamConfig:
+    steps = cfg.dream.steps
+    if steps is None:
+        steps = max(canvas // max(cfg.block_length, 1), 1) if cfg.threshold is not None else canvas
+    return dataclasses.replace(cfg, dream=dataclasses.replace(cfg.dream, max_new_tokens=canvas, steps=steps))
+
+
+def validate_fast_dream_config(cfg: FastDreamConfig) -> None:
+    """Raise ConfigError (one line) for settings the sampler cannot run."""
+    validate_dream_config(cfg.dream)
+    if cfg.cache not in CACHE_MODES:
+        raise ConfigError(f"unknown cache {cfg.cache!r}; valid: {', '.join(CACHE_MODES)}")
+    if cfg.threshold is not None and (math.isnan(cfg.threshold) or cfg.threshold < 0):
+        raise ConfigError(f"threshold must be >= 0 or None, got {cfg.threshold}")
+    if cfg.cache == "none":
+        if cfg.threshold is not None and cfg.dream.max_new_tokens % cfg.dream.steps != 0:
+            raise ConfigError(
+                f"max_new_tokens ({cfg.dream.max_new_tokens}) must be a multiple of steps ({cfg.dream.steps}) for threshold decoding without a cache"
+            )
+        return
+    if cfg.block_length < 1:
+        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
+    if cfg.dream.max_new_tokens % cfg.block_length != 0:
+        raise ConfigError(f"max_new_tokens ({cfg.dream.max_new_tokens}) must be a multiple of block_length ({cfg.block_length})")
+    num_blocks = cfg.dream.max_new_tokens // cfg.block_length
+    if cfg.dream.steps % num_blocks != 0:
+        raise ConfigError(f"steps ({cfg.dream.steps}) must be a multiple of the number of blocks ({num_blocks})")
+    if cfg.threshold is None:
+        if cfg.dream.alg != "entropy":
+            raise ConfigError(
+                f"alg {cfg.dream.alg!r} is not available with cache={cfg.cache!r}: the cached path orders by entropy only; set alg='entropy' or a threshold"
+            )
+        if cfg.dream.steps // num_blocks < 2 and cfg.block_length > 1:
+            raise ConfigError(
+                f"steps ({cfg.dream.steps}) gives {cfg.dream.steps // num_blocks} step per block; the cached path needs >= 2 (the first only commits the block's first token)"
+            )
+
+
+# ---- no cache -----------------------------------------------------------------------------------------------------
+
+
+def _threshold_no_cache(
+    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
+) -> tuple[torch.Tensor, int]:
+    """Fast-dLLM's ``confidence_threshold`` over the whole canvas, with the carry written in closed form.
+
+    The reference keeps a carry c (candidates rejected so far) and, at step i, ranks the top n + c masks; past the
+    last nominal step n becomes 0 and the steps are extended. Since the masks left before step i are
+    R = (steps - i) n + c, the candidate count is R - max(steps - i - 1, 0) n, which this computes per row.
+    """
+    nominal = cfg.dream.max_new_tokens // cfg.dream.steps
+    nfe = 0
+    for step in range(cfg.dream.max_new_tokens + cfg.dream.steps):  # each step commits >= 1; the bound only stops a network
+        if not bool((x[:, prompt_len:] == cfg.dream.mask_id).any()):  # that keeps proposing the mask id itself
+            break
+        logits = full_forward(network, x, padding, None)
+        nfe += 1
+        reserved = max(cfg.dream.steps - step - 1, 0) * nominal
+        scores = shifted_rows(logits, prompt_len, x.shape[1])
+        x[:, prompt_len:] = draws.by_row(_carry_commit, (x[:, prompt_len:], scores), reserved, cfg)
+    return x, nfe
+
+
+def _carry_commit(
+    canvas: torch.Tensor, scores: torch.Tensor, reserved: int, cfg: FastDreamConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """One step of the no-cache threshold path: up to (masks left - ``reserved``) candidates, top-1 always, the
+    rest only at conf >= threshold."""
+    candidates, conf, proposals = _scored(canvas, scores, cfg, "max_prob", generator)
+    chosen = select_transfer(conf, candidates, candidates.sum(dim=1) - reserved, cfg.threshold)
+    return torch.where(chosen, proposals, canvas)
+
+
+def _scored(
+    block: torch.Tensor, scores: torch.Tensor, cfg: FastDreamConfig, confidence: str, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The block's masks scored by Dream's ``sample_tokens``: which positions are masks, their confidence (-inf
+    elsewhere) and their proposed tokens (the mask id elsewhere)."""
+    candidates = block == cfg.dream.mask_id
+    where = candidates.nonzero(as_tuple=True)
+    conf, tokens = dream_sample_tokens(scores[where], cfg.dream, confidence, generator)
+    full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
+    full_conf[where] = conf
+    proposals = torch.full_like(block, cfg.dream.mask_id)
+    proposals[where] = tokens
+    return candidates, full_conf, proposals
+
+
+# ---- cached blocks ------------------------------------------------------------------------------------------------
+
+
+def _entropy_commit(
+    block: torch.Tensor, block_scores: torch.Tensor, step: int, steps_per_block: int, timesteps: torch.Tensor,
+    cfg: FastDreamConfig, generator: torch.Generator,
+) -> torch.Tensor:
+    """One step of the cached non-threshold path: Dream's floor schedule on the block's masks, ordered by -entropy
+    (top-k, or a draw from softmax(conf / alg_temp))."""
+    candidates, full_conf, proposals = _scored(block, block_scores, cfg, "neg_entropy", generator)
+    last = step >= steps_per_block - 1
+    t, s = (timesteps[step], timesteps[step + 1]) if not last else (timesteps[-2], timesteps[-1])
+    count = dream_transfer_count(candidates, t, s, last)
+    if count <= 0:
+        return block
+    if cfg.dream.alg_temp is None or cfg.dream.alg_temp == 0:
+        chosen_idx = torch.topk(full_conf, min(count, block.shape[1]), dim=-1).indices
+    else:
+        weights = F.softmax(full_conf / cfg.dream.alg_temp, dim=-1)
+        chosen_idx = torch.multinomial(weights, num_samples=min(count, block.shape[1]), generator=generator)
+    chosen = torch.zeros_like(candidates).scatter_(1, chosen_idx, True) & candidates
+    return torch.where(chosen, proposals, block)
+
+
+def _threshold_commit(
+    block: torch.Tensor, block_scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator
+) -> torch.Tensor:
+    """One step of the cached threshold path: the block's top-1 mask plus every other with conf >= threshold."""
+    candidates, conf, proposals = _scored(block, block_scores, cfg, "max_prob", generator)
+    return torch.where(select_transfer(conf, candidates, None, cfg.threshold), proposals, block)
+
+
+def _forced_first(scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator) -> torch.Tensor:
+    """The block's first token, committed unconditionally from the full forward (Dream's ``sample_tokens``)."""
+    return dream_sample_tokens(scores[:, 0], cfg.dream, "max_prob", generator)[1].unsqueeze(1)
+
+
+def _cached_blocks(
+    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
+) -> tuple[torch.Tensor, int]:
+    """``generation_utils_block._sample``: per block a full forward (cache refresh + forced first token), then
+    window forwards until the block has no masks."""
+    num_blocks = cfg.dream.max_new_tokens // cfg.block_length
+    steps_per_block = cfg.dream.steps // num_blocks
+    timesteps = dream_timesteps(steps_per_block, cfg.dream.eps, x.device)
+    nfe = 0
+    for block_index in range(num_blocks):
+        start = prompt_len + block_index * cfg.block_length
+        end = start + cfg.block_length
+        cache = KVCache()
+        logits = full_forward(network, x, padding, cache)
+        nfe += 1
+        x[:, start:start + 1] = draws.by_row(_forced_first, (shifted_rows(logits, start, start + 1),), cfg)
+        if cfg.cache == "prefix":
+            cache.truncate(start)
+        for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
+            if not bool((x[:, start:end] == cfg.dream.mask_id).any()):
+                break
+            logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
+            nfe += 1
+            block_scores = shifted_rows(logits, start, end, offset)
+            if cfg.threshold is None:
+                x[:, start:end] = draws.by_row(_entropy_commit, (x[:, start:end], block_scores), step,
+                                               steps_per_block, timesteps, cfg)
+            else:
+                x[:, start:end] = draws.by_row(_threshold_commit, (x[:, start:end], block_scores), cfg)
+    return x, nfe
+
+
+@torch.no_grad()
+def fastdllm_dream_generate(
+    network: Network,
+    input_ids: torch.LongTensor,
+    attention_mask: torch.Tensor | None,
+    cfg: FastDreamConfig,
+    row_seeds: Sequence[int] | None = None,
+) -> DecodeOutput:
+    """Fill ``max_new_tokens`` masks after the (left-padded) prompts; rows are cut after the first EOS.
+
+    With ``row_seeds`` a sampling config draws each row from its own generator, so a sample decodes the same in any
+    batch; otherwise one generator seeded by ``dream.seed`` serves the batch, as in the reference."""
+    require_filled(cfg, "dream-fastdllm")
+    validate_fast_dream_config(cfg)
+    check_inputs(input_ids, attention_mask)
+    if cfg.cache == "none" and cfg.threshold is None:
+        return dream_generate(network, input_ids, attention_mask, cfg.dream, row_seeds)
+    prompt_len = input_ids.shape[1]
+    samples = cfg.dream.temperature > 0 or (cfg.threshold is None and bool(cfg.dream.alg_temp))
+    draws = Draws.for_batch(cfg.dream.seed, row_seeds if samples else None, input_ids.shape[0], input_ids.device)
+    x = F.pad(input_ids, (0, cfg.dream.max_new_tokens), value=cfg.dream.mask_id)
+    mask, positions = padding_inputs(attention_mask, cfg.dream.max_new_tokens)
+    padding = Padding(mask=mask, positions=positions)
+    if cfg.cache == "none":
+        x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, draws)
+    else:
+        x, nfe = _cached_blocks(network, x, prompt_len, padding, cfg, draws)
+    return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids)
+
+
+FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,
+                     validate_fast_dream_config)

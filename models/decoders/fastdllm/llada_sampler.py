@@ -1,0 +1,154 @@
+"""Fast-dLLM (v1) sampler for LLaDA: semi-autoregressive blocks, each filled `while masks remain`, with an optional
+confidence threshold (parallel decoding) and an optional prefix or dual KV cache (docs/decoders.md §4).
+
+Per block, step 0 is a full forward (in cached modes it also refreshes the cache); later steps go through
+``fastdllm.window_forward``. Each step proposes x0 = argmax(gumbel(logits, T)) for the block's masks, scores it by
+its float64 softmax probability (or U(0,1) for ``random`` remasking), and commits either the scheduled top-k
+(threshold None: LLaDA's ``get_num_transfer_tokens`` split of ``steps`` per block) or the top-1 plus every mask with
+confidence >= threshold.
+
+Deliberate differences from the reference, none of which changes tokens in ordinary runs:
+- Only masks inside the current block are candidates in every mode (the reference's no-cache path would also fill
+  mask ids found in the prompt).
+- Gumbel noise and the float64 softmax are computed for the block's positions only (the reference does the whole
+  canvas; a [1, 544, 126464] float64 tensor is 550 MB per step). Values per position are the same.
+- A step always commits at least one mask; past the end of the top-k schedule it commits one. Only a network that
+  proposes the mask id itself can leave a mask after a step (the reference then indexes past its schedule or loops
+  forever); a block gives up after block_length + steps_per_block forwards, leaving those mask ids in the output.
+- Batches: rows are independent (per-row top-k / threshold; the block loop runs until every row is done, and extra
+  forwards never change a finished row), and left padding is honoured through the attention mask in every mode,
+  which the reference cannot do (it calls SDPA without a mask).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
+from models.decoders.fastdllm.core import (
+    CACHE_MODES,
+    Cache,
+    Network,
+    Padding,
+    extend_mask,
+    full_forward,
+    select_transfer,
+    window_forward,
+)
+from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
+from models.networks.common import KVCache
+
+
+
+@dataclass(frozen=True)
+class FastLLaDAConfig:
+    """Plain LLaDA's settings plus Fast-dLLM's. Defaults are Fast-dLLM's evaluation settings (§4.3: block 32,
+    threshold 0.9, dual cache).
+
+    ``llada.steps`` sets the top-k schedule and is unused when ``threshold`` is set (it must still divide into
+    blocks, as the reference asserts). ``threshold`` > 1 commits exactly one token per forward. Fast-dLLM has no
+    classifier-free guidance and no EOS options: ``cfg_scale``, ``logits_eos_inf`` and ``confidence_eos_eot_inf``
+    must stay off.
+    """
+
+    llada: LLaDAConfig = field(default_factory=lambda: LLaDAConfig(block_length=32))
+    threshold: float | None = 0.9
+    cache: Cache = "dual"
+
+
+def fast_llada_at_canvas(cfg: FastLLaDAConfig, canvas: int) -> FastLLaDAConfig:
+    return dataclasses.replace(cfg, llada=llada_at_canvas(cfg.llada, canvas))
+
+
+def validate_fast_llada_config(cfg: FastLLaDAConfig) -> None:
+    """Raise ConfigError (one line) for settings the sampler cannot run."""
+    validate_llada_config(cfg.llada)
+    plain = cfg.llada
+    if plain.cfg_scale or plain.logits_eos_inf or plain.confidence_eos_eot_inf:
+        raise ConfigError("Fast-dLLM LLaDA has no cfg_scale, logits_eos_inf or confidence_eos_eot_inf; unset them "
+                          "or use plain LLaDA (llada)")
+    if cfg.threshold is not None and (math.isnan(cfg.threshold) or cfg.threshold < 0):
+        raise ConfigError(f"threshold must be >= 0 or None, got {cfg.threshold}")
+    if cfg.cache not in CACHE_MODES:
+        raise ConfigError(f"unknown cache {cfg.cache!r}; valid: {', '.join(CACHE_MODES)}")
+
+
+def llada_step(
+    block_logits: torch.Tensor,
+    block: torch.Tensor,
+    counts: torch.Tensor,
+    cfg: FastLLaDAConfig,
+    generator: torch.Generator,
+) -> torch.Tensor:
+    """The block's tokens after one step (``get_transfer_index``): propose, score, commit the chosen masks."""
+    candidates = block == cfg.llada.mask_id
+    if cfg.llada.temperature == 0 and cfg.llada.remasking == "low_confidence":
+        # The argmax of the logits is the argmax of their softmax (ties stay ties, the first is taken): one pass.
+        confidence, x0 = F.softmax(block_logits.to(torch.float64), dim=-1).max(dim=-1)
+    else:
+        x0 = torch.argmax(add_gumbel_noise(block_logits, cfg.llada.temperature, generator), dim=-1)
+        if cfg.llada.remasking == "low_confidence":
+            probs = F.softmax(block_logits.to(torch.float64), dim=-1)
+            confidence = torch.gather(probs, -1, x0.unsqueeze(-1)).squeeze(-1)
+        else:
+            confidence = torch.rand(x0.shape, device=x0.device, generator=generator)
+    chosen = select_transfer(confidence, candidates, None if cfg.threshold is not None else counts, cfg.threshold)
+    return torch.where(chosen, x0, block)
+
+
+@torch.no_grad()
+def fastdllm_llada_generate(
+    network: Network,
+    input_ids: torch.LongTensor,
+    attention_mask: torch.Tensor | None,
+    cfg: FastLLaDAConfig,
+    row_seeds: Sequence[int] | None = None,
+) -> DecodeOutput:
+    """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT.
+    With ``row_seeds`` a sampling config draws each row from its own generator (blocks lie past the padding, so no
+    offset); a greedy one decodes the batch at once."""
+    require_filled(cfg, "llada-fastdllm")
+    validate_fast_llada_config(cfg)
+    check_inputs(input_ids, attention_mask)
+    plain = cfg.llada
+    batch, prompt_len = input_ids.shape
+    device = input_ids.device
+    samples = plain.temperature > 0 or plain.remasking == "random"
+    draws = Draws.for_batch(plain.seed, row_seeds if samples else None, batch, device)
+
+    x = torch.full((batch, prompt_len + plain.gen_length), plain.mask_id, dtype=torch.long, device=device)
+    x[:, :prompt_len] = input_ids
+    padding = Padding(mask=extend_mask(attention_mask, plain.gen_length))
+    num_blocks = plain.gen_length // plain.block_length
+    steps_per_block = plain.steps // num_blocks
+    nfe = 0
+    for block_index in range(num_blocks):
+        start = prompt_len + block_index * plain.block_length
+        end = start + plain.block_length
+        schedule = llada_transfer_counts((x[:, start:end] == plain.mask_id).sum(dim=1), steps_per_block)
+        cache = None if cfg.cache == "none" else KVCache()
+        for step in range(plain.block_length + steps_per_block):  # each step commits >= 1; the bound only stops
+            if not bool((x[:, start:end] == plain.mask_id).any()):  # a network that keeps proposing the mask id
+                break
+            if step == 0:
+                logits, offset = full_forward(network, x, padding, cache), 0
+                if cfg.cache == "prefix":
+                    cache.truncate(start)
+            else:
+                logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
+            nfe += 1
+            counts = schedule[:, step] if step < steps_per_block else torch.zeros_like(schedule[:, 0])
+            block_logits, counts = logits[:, start - offset : end - offset], counts.clamp_min(1)
+            x[:, start:end] = draws.by_row(llada_step, (block_logits, x[:, start:end], counts), cfg)
+    return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
+
+
+FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,
+                     validate_fast_llada_config)

@@ -1,0 +1,393 @@
+"""ReFusion decoding: plan masked slots with the MDM head, verify them autoregressively, reuse every committed K/V.
+
+The network is a causal ``Qwen3ForCausalLM``. The buffer is the prompt followed by committed slots in the order they
+were committed, each token keeping its own position id (RoPE is applied before keys enter the cache, so the buffer
+need not be sorted). One iteration over the still-masked slots R of the current serial block:
+
+  A. plan:   feed masks(R) on top of the cache (the first call also feeds the prompt); read logits UNSHIFTED;
+             draft = argmax (Gumbel-max at T > 0); choose slots whose first-token probability > slot_threshold
+             (else the single best); crop the masks back out of the cache.
+  B. verify: feed the chosen drafts concatenated; read probabilities SHIFTED (row j-1 scores token j); the first
+             token of each slot is accepted by force. Leading whole accepted slots are committed with the K/V this
+             pass wrote. An accepted end-of-sequence commits up to it and closes the serial block.
+  C. if not even the first chosen slot was accepted whole: complete all chosen slots in parallel (draft pass with
+     rejected tokens re-masked, then a verify pass, until every slot is accepted). The k windows are fed together
+     on the one committed cache row with a mask that lets each window see the committed buffer and its own earlier
+     tokens only, so each slot's K/V is computed from the buffer and that slot alone; only the accepted entries are
+     kept (a small copy of the tail), never a copy of the committed cache per slot.
+
+The algorithm is written per row as a generator of forward requests (``refusion_cache.drive`` batches the rows of
+a batch into one forward per round); the cache is the native network's preallocated buffer or, for any other
+causal LM, a transformers cache (``refusion_cache``).
+
+Two reference defects are fixed (docs/decoders.md §1.4): after an end-of-sequence in path C the slots to drop
+are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
+order. Without an end-of-sequence the tokens and forward count equal the reference's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, Generator, Sequence
+
+import torch
+from torch import Tensor
+
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
+                                      require_filled, token_id_field)
+from models.decoders.refusion.cache import NativeStepper, Request, RowCache, RowProgram, TransformersStepper, drive
+from models.decoders.sampling import add_gumbel_noise, make_generator
+
+
+@dataclass(frozen=True)
+class RefusionConfig:
+    """ReFusion's eval.py defaults (the registry's presets carry eval.sh's per-task settings)."""
+
+    gen_length: int | None = canvas_field()
+    slot_size: int = 8
+    serial_num_blocks: int = 2
+    slot_threshold: float = 0.9
+    token_threshold: float = 0.9
+    temperature: float = 0.0
+    seed: int | None = None  # seeds the Gumbel noise when temperature > 0
+    mask_id: int | None = token_id_field()  # <|mask|>
+    eos_id: int | None = token_id_field()  # the tokenizer's eos (<|im_end|>)
+
+
+def refusion_at_canvas(cfg: RefusionConfig, canvas: int) -> RefusionConfig:
+    return dataclasses.replace(cfg, gen_length=canvas)
+
+
+def validate_refusion_config(cfg: RefusionConfig) -> None:
+    """Raise ConfigError (one line) for a configuration the decoder cannot run; nothing is rounded silently.
+    Token ids are checked when they are set (the adapter fills them at decode time)."""
+    require_filled(cfg, "refusion", ("canvas",))
+    for name in ("gen_length", "slot_size", "serial_num_blocks", "mask_id", "eos_id"):
+        value = getattr(cfg, name)
+        if value is None and name in ("mask_id", "eos_id"):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"refusion: {name} must be an integer, got {value!r}")
+    if cfg.gen_length < 1 or cfg.slot_size < 1 or cfg.serial_num_blocks < 1:
+        raise ConfigError(
+            f"refusion: gen_length, slot_size and serial_num_blocks must be >= 1 "
+            f"(got {cfg.gen_length}, {cfg.slot_size}, {cfg.serial_num_blocks})"
+        )
+    unit = cfg.slot_size * cfg.serial_num_blocks
+    if cfg.gen_length % unit:
+        nearest = sorted({max(unit, cfg.gen_length // unit * unit), math.ceil(cfg.gen_length / unit) * unit})
+        raise ConfigError(
+            f"refusion: gen_length={cfg.gen_length} does not split into {cfg.serial_num_blocks} serial blocks of whole "
+            f"{cfg.slot_size}-token slots; use a multiple of slot_size*serial_num_blocks={unit} "
+            f"(e.g. {' or '.join(map(str, nearest))})"
+        )
+    for name in ("slot_threshold", "token_threshold"):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value <= 1.0:
+            raise ConfigError(f"refusion: {name} must be a number in [0, 1], got {value!r}")
+    if not isinstance(cfg.temperature, (int, float)) or not math.isfinite(cfg.temperature) or cfg.temperature < 0:
+        raise ConfigError(f"refusion: temperature must be a finite number >= 0, got {cfg.temperature!r}")
+    ids = (cfg.mask_id, cfg.eos_id)
+    if None not in ids and (min(ids) < 0 or cfg.mask_id == cfg.eos_id):
+        raise ConfigError(f"refusion: mask_id and eos_id must be distinct ids >= 0 (got {cfg.mask_id}, {cfg.eos_id})")
+    if cfg.seed is not None and (isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int)):
+        raise ConfigError(f"refusion: seed must be an integer or None, got {cfg.seed!r}")
+
+
+@dataclass(frozen=True)
+class CommitEvent:
+    """State right after a commit, for tests and tracing."""
+
+    path: str  # "verify" (global verification accepted leading slots) or "parallel" (in-slot completion)
+    tokens: tuple[int, ...]  # whole buffer: prompt, then committed tokens in commit order
+    positions: tuple[int, ...]
+    n_new: int  # tokens this commit appended (the tail of ``tokens``)
+    slot_size: int
+    kv: list[tuple[Tensor, Tensor]]  # per layer, copies of this row's cached keys/values [1, H, len(tokens), D]
+    nfe: int  # forwards this row took part in so far
+    row: int = 0  # the prompt's index in the batch
+
+
+@dataclass(frozen=True)
+class RefusionTrace:
+    """One row's decode in full (``DecodeOutput.trace`` holds one per row)."""
+
+    token_ids: list[int]  # generated ids in position order, up to and including the first end-of-sequence
+    nfe: float  # network calls; a batched call counts 1/rows for each row it ran
+    hit_max_tokens: bool  # no end-of-sequence was generated
+    iterations: int  # plan/verify rounds
+    tokens_per_forward: float  # the reference's "TPF" (generate.py L227/L327), kept for comparison
+    committed_tokens: int  # tokens committed after the prompt, before the end-of-sequence cut
+
+    def to_decode_result(self) -> DecodeResult:
+        return DecodeResult(token_ids=list(self.token_ids), nfe=float(self.nfe), hit_max_tokens=self.hit_max_tokens)
+
+
+@dataclass
+class _State:
+    """One row's committed buffer; its cache row always holds exactly ``tokens``, in the same order, between rounds."""
+
+    tokens: list[int]
+    positions: list[int]
+    cache: RowCache
+    row: int = 0
+    forwards: int = 0
+    iterations: int = 0
+    tpf_sum: float = 0.0
+    on_commit: Callable[[CommitEvent], None] | None = None
+
+    def commit(self, tokens: list[int], positions: list[int], path: str, slot_size: int) -> None:
+        self.tokens.extend(tokens)
+        self.positions.extend(positions)
+        if self.cache.length() != len(self.tokens):
+            raise RuntimeError(f"refusion: cache holds {self.cache.length()} entries, buffer {len(self.tokens)}")
+        if self.on_commit is not None:
+            self.on_commit(CommitEvent(path, tuple(self.tokens), tuple(self.positions), len(tokens), slot_size,
+                                       self.cache.kv(), self.forwards, self.row))
+
+
+def _ask(state: _State, request: Request) -> Generator[Request, Tensor, Tensor]:
+    """One network call on top of the row's cache (the call appends the request's tokens); returns its logits."""
+    logits = yield request
+    state.forwards += 1
+    return logits
+
+
+def _probs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Probability of each token under its own row of logits, in the logits' dtype."""
+    return torch.softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def _next_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """[..., n] tokens fed with their [..., n, V] logits -> [..., n-1]: the probability the output before each token
+    after the first gives it (the shifted read of verification). The first token is accepted by force wherever this
+    is read, so its row is never scored."""
+    return _probs_of(logits[..., :-1, :], tokens[..., 1:])
+
+
+def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                      cfg: RefusionConfig, row_seeds: Sequence[int] | None = None) -> DecodeOutput:
+    """The decoder contract over a left-padded batch: each row decodes on its real tokens only, all rows together
+    on a native network (one forward per round), row by row on any other; ``trace`` holds each row's
+    ``RefusionTrace``. ``nfe`` counts network calls (a batched one once)."""
+    if attention_mask is None:
+        prompts = list(input_ids)
+    else:
+        prompts = [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+    traces = refusion_decode_rows(network, prompts, cfg, row_seeds=row_seeds)
+    return DecodeOutput(rows=tuple(t.to_decode_result() for t in traces), nfe=round(sum(t.nfe for t in traces)),
+                        trace=tuple(traces))
+
+
+def _check_prompt(prompt: torch.Tensor) -> None:
+    if prompt.dim() != 1 or prompt.shape[0] < 1:
+        raise ValueError(f"refusion: each prompt must be a 1-D tensor of >= 1 ids, got shape {tuple(prompt.shape)}")
+    if prompt.dtype != torch.long:
+        raise ValueError(f"refusion: prompt_ids must be torch.long token ids, got {prompt.dtype}")
+
+
+def refusion_decode_row(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    cfg: RefusionConfig,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+) -> RefusionTrace:
+    """Decode ``cfg.gen_length`` tokens after ``prompt_ids`` ([1, P]); ``on_commit`` sees the state after each
+    commit."""
+    if prompt_ids.dim() != 2 or prompt_ids.shape[0] != 1 or prompt_ids.shape[1] < 1:
+        raise ValueError(f"refusion: prompt_ids must have shape [1, P] with P >= 1, got {tuple(prompt_ids.shape)}")
+    return refusion_decode_rows(model, [prompt_ids[0]], cfg, on_commit)[0]
+
+
+def _row_config(cfg: RefusionConfig, row_seeds: Sequence[int] | None, row: int) -> RefusionConfig:
+    """A row's own Gumbel stream when the harness gives per-row seeds (the same sample, the same draws, any batch)."""
+    return cfg if row_seeds is None else dataclasses.replace(cfg, seed=int(row_seeds[row]))
+
+
+@torch.no_grad()
+def refusion_decode_rows(
+    model: torch.nn.Module,
+    prompts: list[torch.Tensor],
+    cfg: RefusionConfig,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+    row_seeds: Sequence[int] | None = None,
+) -> list[RefusionTrace]:
+    """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
+
+    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes all rows in one preallocated
+    buffer; any other causal LM goes row by row through a transformers cache."""
+    require_filled(cfg, "refusion")
+    validate_refusion_config(cfg)
+    if not prompts:
+        return []
+    for prompt in prompts:
+        _check_prompt(prompt)
+    native = hasattr(model, "new_cache")
+    batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
+    capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
+    outputs: list[RefusionTrace | None] = [None] * len(prompts)
+    for members in batches:
+        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model)
+        live = list(range(len(members)))
+        programs = [_row_program(prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i, on_commit)
+                    for j, i in enumerate(members)]
+        results, nfe = drive(stepper, programs, live)
+        for i, result, n in zip(members, results, nfe):
+            outputs[i] = dataclasses.replace(result, nfe=n)
+    return outputs  # type: ignore[return-value]
+
+
+def _row_program(prompt: torch.Tensor, cfg: RefusionConfig, cache: RowCache, row: int,
+                 on_commit: Callable[[CommitEvent], None] | None) -> RowProgram:
+    """The whole decode of one prompt, as requests for forwards; returns its ``RefusionTrace`` (nfe filled later)."""
+    prompt_len = prompt.shape[0]
+    generator = make_generator(cfg.seed, prompt.device) if cfg.temperature > 0 else None
+    state = _State(tokens=prompt.tolist(), positions=list(range(prompt_len)), cache=cache, row=row,
+                   on_commit=on_commit)
+    block_len = cfg.gen_length // cfg.serial_num_blocks
+    for block in range(cfg.serial_num_blocks):
+        start = prompt_len + block * block_len
+        remaining = list(range(start, start + block_len, cfg.slot_size))  # first positions of the masked slots
+        eos_seen = False
+        while remaining:
+            remaining, eos = yield from _iteration(prompt, state, remaining, cfg, generator)
+            eos_seen |= eos
+        if eos_seen:
+            break
+    return _finish(state, prompt_len, cfg)
+
+
+def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: RefusionConfig,
+               generator: torch.Generator | None) -> Generator[Request, Tensor, tuple[list[int], bool]]:
+    """One plan + verify round (plus the in-slot loop if needed); returns the slots still masked and an EOS flag."""
+    ss, device = cfg.slot_size, prompt.device
+    n_slots = len(remaining)
+    slot_pos = torch.tensor(remaining, device=device)[:, None] + torch.arange(ss, device=device)  # [R, ss]
+    n_mask = n_slots * ss
+    base = len(state.tokens)
+
+    # (A) plan: unshifted MDM logits over every masked slot of the block (the first call also feeds the prompt).
+    ids = torch.full((n_mask,), cfg.mask_id, dtype=torch.long, device=device)
+    pos = slot_pos.view(-1)
+    if state.cache.length() == 0:
+        prompt_pos = torch.arange(prompt.shape[0], device=device)
+        request = Request(torch.cat([prompt, ids]), torch.cat([prompt_pos, pos]), keep=n_mask)
+    else:
+        request = Request(ids, pos)
+    logits = yield from _ask(state, request)
+    state.cache.truncate(base)
+    draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1).view(n_slots, ss)
+    first_scores = _probs_of(logits.view(n_slots, ss, -1)[:, 0], draft[:, 0])  # the only probabilities read here
+    chosen_t = (first_scores > cfg.slot_threshold).nonzero().flatten()
+    if chosen_t.numel() == 0:
+        chosen_t = first_scores.argmax().view(1)
+    chosen = chosen_t.tolist()  # sorted: nonzero returns ascending indices
+    k = len(chosen)
+
+    # (B) global verification of the concatenated drafts (shifted probabilities).
+    blocks, block_pos = draft[chosen_t], slot_pos[chosen_t]
+    logits = yield from _ask(state, Request(blocks.view(-1), block_pos.view(-1)))
+    accept = torch.ones(k, ss, dtype=torch.bool, device=device)  # a slot's first token is accepted by force
+    accept[:, 1:] = _next_probs(logits.view(k, ss, -1), blocks) > cfg.token_threshold
+    flat_tokens, flat_accept, flat_pos = torch.stack([blocks, accept.to(torch.long), block_pos]).view(3, -1).tolist()
+    prefix = next((i for i, a in enumerate(flat_accept) if not a), len(flat_accept))
+    eos_at = next((i for i in range(prefix) if flat_tokens[i] == cfg.eos_id), None)
+    if eos_at is not None or prefix >= ss:
+        n_commit = eos_at + 1 if eos_at is not None else prefix // ss * ss
+        n_done = -(-n_commit // ss)
+        state.cache.truncate(base + n_commit)
+        state.commit(flat_tokens[:n_commit], flat_pos[:n_commit], "verify", ss)
+        state.iterations += 1
+        state.tpf_sum += ss * n_done / 2
+        done = set(chosen[:n_done])
+        limit = chosen[n_done - 1] if eos_at is not None else n_slots  # after an EOS, later slots are dropped
+        return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_at is not None
+
+    # (C) parallel in-slot completion of the chosen slots, on the one cache row.
+    state.cache.truncate(base)
+    tags = accept.to(torch.long).cumprod(-1)
+    rows, passes, eos_row = yield from _complete_slots(state, blocks, block_pos, tags, cfg)
+    flat = rows.view(-1).tolist()
+    n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
+    state.cache.truncate(base + n_keep)
+    state.commit(flat[:n_keep], flat_pos[:n_keep], "parallel", ss)
+    state.iterations += 1
+    state.tpf_sum += ss * k / (2 * passes + 2)
+    done = set(chosen)
+    limit = chosen[eos_row] if eos_row is not None else n_slots  # 1.6a fixed: map the row through the chosen set
+    return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_row is not None
+
+
+def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor, tags: torch.Tensor,
+                    cfg: RefusionConfig) -> Generator[Request, Tensor, tuple[torch.Tensor, int, int | None]]:
+    """Accept every chosen slot token by token, all slots at once; returns (slot tokens, passes, first EOS slot).
+
+    After the committed buffer the cache row holds each slot's accepted prefix, slot by slot (``start`` entries
+    each). Each pass feeds every slot's window (group = slot) twice: drafted from its masked version (unshifted
+    argmax, whatever the temperature), then verified (shifted); a token is accepted when its probability passes the
+    threshold or the token before it was already accepted, so every slot gains >= 1 token. The windows then start
+    at the last token all slots accepted, re-fed so its logits score the next one; the accepted window entries are
+    moved behind their slot's prefix and the rest are dropped.
+    """
+    ss, base = cfg.slot_size, len(state.tokens)
+    rows = blocks.clone()
+    tags = tags.clone()
+    pos = block_pos
+    start, passes, eos_row, complete = 0, 0, None, False
+    while not complete:
+        if passes >= ss:
+            raise RuntimeError("refusion: in-slot completion did not finish within slot_size passes")
+        n_rows, width = rows.shape[0], ss - start
+        window_tags = tags[:, start:]
+        known = window_tags.bool()
+        window_pos = pos[:, start:].reshape(-1)
+        masked = torch.where(known, rows[:, start:], cfg.mask_id)
+        logits = yield from _ask(state, Request(masked.reshape(-1), window_pos, width, base, start))
+        proposals = logits.view(n_rows, width, -1).argmax(-1)
+        state.cache.truncate(base + n_rows * start)  # the draft pass must leave nothing behind
+        window = torch.where(known, rows[:, start:], proposals)
+        rows[:, start:] = window
+        logits = yield from _ask(state, Request(window.reshape(-1), window_pos, width, base, start))
+        passes += 1
+        ok = torch.ones(n_rows, width, dtype=torch.bool, device=window.device)  # the first follows an accepted one
+        ok[:, 1:] = (_next_probs(logits.view(n_rows, width, -1), window) > cfg.token_threshold) | known[:, :-1]
+        new_tags = ok.to(torch.long).cumprod(-1)
+        tags[:, start:] = new_tags
+        has_eos = ((window == cfg.eos_id) & new_tags.bool()).any(-1)
+        host_eos, counts = torch.stack([has_eos.to(torch.long), new_tags.sum(-1)]).tolist()
+        if any(host_eos):
+            eos_row = host_eos.index(1)
+            rows, tags, pos = rows[: eos_row + 1], tags[: eos_row + 1], pos[: eos_row + 1]
+            tags[eos_row] = 1  # the EOS slot is accepted whole; its tail is cut after the EOS at commit
+            counts = counts[: eos_row] + [width]
+        complete = min(counts) == width
+        new_start = start + min(counts) - (0 if complete else 1)
+        fed = n_rows * start  # where this pass's windows begin in the tail
+        gained = new_start - start  # window entries each slot keeps
+        index = [i for r in range(rows.shape[0])
+                 for i in (*range(r * start, (r + 1) * start), *range(fed + r * width, fed + r * width + gained))]
+        state.cache.keep_tail(base, index)
+        start = new_start
+    return rows, passes, eos_row
+
+
+def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrace:
+    """Sort the committed tokens by position and cut after the first end-of-sequence (1.6h fixed)."""
+    gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:]))
+    ids, found = cut_after_eos([t for _, t in gen], [cfg.eos_id])
+    expected = list(range(prompt_len, prompt_len + len(ids)))
+    if [p for p, _ in gen[: len(ids)]] != expected:
+        raise RuntimeError("refusion: committed positions before the first end-of-sequence are not contiguous")
+    return RefusionTrace(
+        token_ids=ids,
+        nfe=float(state.forwards),
+        hit_max_tokens=not found,
+        iterations=state.iterations,
+        tokens_per_forward=state.tpf_sum / max(state.iterations, 1),
+        committed_tokens=len(gen),
+    )
+
+
+REFUSION = Decoder("refusion", RefusionConfig, refusion_generate, refusion_at_canvas, validate_refusion_config)

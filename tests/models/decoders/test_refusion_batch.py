@@ -1,0 +1,198 @@
+"""Batched ReFusion: every row's tokens equal its batch-1 decode (scripted network without ties, and a real tiny
+network), rows of different lengths finish at different rounds and leave the batch, forwards split per the harness's
+batched rule; torch.compile of the native network is token-identical to eager."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows, refusion_generate
+from models.decoders.refusion.cache import Request, request_windows
+from models.networks.grouped_attention import dense_mask
+from models.networks.kv_buffer import KVBuffer
+from refusion_stubs import NudgedNative, native_copy, tiny_qwen
+
+torch.set_num_threads(2)
+
+VOCAB, MASK, EOS = 40, 39, 38
+
+
+class ScriptedNative(torch.nn.Module):
+    """Native-signature scripted network: a MASK at p proposes target[p] with plan_conf[p]; target[p] at p proposes
+    target[p+1] with ar_conf[p+1]. Confidences are far from every threshold, so no near-tie can flip a decision.
+    Its KVBuffer stores (token, position) so each call checks the row's live cache: no mask id, no position twice."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.target = [int(t) for t in torch.randint(0, VOCAB - 3, (n,), generator=g)]
+        for p in range(20, n, 23):
+            self.target[p] = EOS
+        self.plan_conf = [0.97 if c else 0.3 for c in (torch.rand(n, generator=g) > 0.4).tolist()]
+        self.ar_conf = [0.97 if c else 0.3 for c in (torch.rand(n, generator=g) > 0.25).tolist()]
+        self.calls = 0
+
+    def new_cache(self, batch: int, capacity: int) -> KVBuffer:
+        return KVBuffer(1, batch, capacity, 1, 2, torch.float32, "cpu")
+
+    def _row(self, token: int, p: int) -> torch.Tensor:
+        if token == MASK:
+            want, prob = self.target[p], self.plan_conf[p]
+        elif token == self.target[p]:
+            want, prob = self.target[p + 1], self.ar_conf[p + 1]
+        else:
+            return torch.zeros(VOCAB).index_fill_(0, torch.tensor([MASK]), -80.0)
+        row = torch.full((VOCAB,), math.log((1 - prob) / (VOCAB - 2)))
+        row[want], row[MASK] = math.log(prob), -80.0
+        return row
+
+    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0):
+        self.calls += 1
+        b, q = input_ids.shape
+        before = list(cache.lengths)
+        plan = cache.reserve(q)
+        kv = torch.stack([input_ids.float(), position_ids.float()], -1)[:, None]
+        cache.store(0, plan, kv, kv)
+        for r in range(b):
+            live = cache.keys[0][r, 0, :before[r]]
+            assert not (live[:, 0] == MASK).any(), "a mask id was left in the cache"
+            assert live[:, 1].unique().numel() == before[r], "a position is cached twice"
+        logits = torch.stack([torch.stack([self._row(t, p) for t, p in zip(ids, pos)])
+                              for ids, pos in zip(input_ids.tolist(), position_ids.tolist())])
+        return logits[:, -logits_to_keep:] if logits_to_keep else logits
+
+
+def cfg(**kw) -> RefusionConfig:
+    base = dict(gen_length=32, slot_size=4, serial_num_blocks=2, slot_threshold=0.9, token_threshold=0.9,
+                mask_id=MASK, eos_id=EOS)
+    return RefusionConfig(**{**base, **kw})
+
+
+def prompts(lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, VOCAB - 3, (n,), generator=g) for n in lengths]
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(slot_threshold=0.5, token_threshold=0.5, serial_num_blocks=1),
+                                       dict(slot_size=2, gen_length=24, serial_num_blocks=3)])
+def test_scripted_batch_rows_equal_batch_one(overrides):
+    net = ScriptedNative(120, seed=3)
+    c = cfg(**overrides)
+    batch = prompts([3, 9, 5, 14, 1, 7])
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    net.calls = 0
+    together = refusion_decode_rows(net, batch, c)
+    assert [o.token_ids for o in together] == [o.token_ids for o in singles]
+    assert [o.iterations for o in together] == [o.iterations for o in singles]
+    assert [o.hit_max_tokens for o in together] == [o.hit_max_tokens for o in singles]
+    own = [o.nfe for o in singles]
+    assert len(set(own)) > 1, "rows should finish at different rounds"
+    assert any(not o.hit_max_tokens for o in singles), "some rows should stop at an end-of-sequence"
+    # one forward per round for the rows still running: as many forwards as the longest row needs
+    assert net.calls == max(own)
+    # each forward is split evenly across the rows it ran: the per-row shares add up to the forwards run
+    assert sum(o.nfe for o in together) == pytest.approx(net.calls)
+    assert all(t.nfe <= s.nfe for t, s in zip(together, singles))
+
+
+def test_tiny_network_batch_rows_equal_batch_one():
+    answer = torch.randint(0, 95, (80,), generator=torch.Generator().manual_seed(0)).tolist()
+    net = NudgedNative(native_copy(tiny_qwen(vocab=96, seed=1, sharpness=25.0)), 95, answer, 15.0)
+    c = RefusionConfig(gen_length=32, slot_size=4, serial_num_blocks=2, slot_threshold=0.6, token_threshold=0.6,
+                       mask_id=95, eos_id=answer[22])
+    batch = [torch.randint(0, 94, (n,), generator=torch.Generator().manual_seed(n)) for n in (5, 11, 2, 8)]
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    together = refusion_decode_rows(net, batch, c)
+    assert [o.token_ids for o in together] == [o.token_ids for o in singles]
+    assert len({o.nfe for o in singles}) > 1
+
+
+@pytest.mark.slow
+def test_compiled_native_network_is_token_identical_to_eager():
+    answer = torch.randint(0, 95, (80,), generator=torch.Generator().manual_seed(0)).tolist()
+    inner = native_copy(tiny_qwen(vocab=96, seed=1, sharpness=25.0))
+    net = NudgedNative(inner, 95, answer, 15.0)
+    c = RefusionConfig(gen_length=16, slot_size=4, serial_num_blocks=1, slot_threshold=0.6, token_threshold=0.6,
+                       mask_id=95, eos_id=10_000)
+    # One row: each further call pattern (batch size, padding mask) costs another graph of ~15 s of CPU compile,
+    # and rows batched together are checked against batch 1 in eager above.
+    batch = [torch.randint(0, 94, (9,), generator=torch.Generator().manual_seed(9))]
+    eager = refusion_decode_rows(net, batch, c)
+    compiled = refusion_decode_rows(torch.compile(net, dynamic=True), batch, c)
+    assert [o.token_ids for o in compiled] == [o.token_ids for o in eager]
+    assert [o.nfe for o in compiled] == [o.nfe for o in eager]
+
+
+def test_contract_decodes_a_left_padded_batch_together():
+    """``refusion_generate`` (the decoder contract) on a native network: rows as decoded alone, one forward per round
+    for the whole batch, counted once in the batch's nfe and split across rows in theirs."""
+    net = ScriptedNative(120, seed=3)
+    c = cfg(slot_threshold=0.5, token_threshold=0.5)
+    batch = prompts([3, 9, 5])
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    width = max(p.shape[0] for p in batch)
+    ids = torch.stack([torch.cat([torch.zeros(width - p.shape[0], dtype=torch.long), p]) for p in batch])
+    mask = torch.stack([torch.arange(width) >= width - p.shape[0] for p in batch]).long()
+    net.calls = 0
+    out = refusion_generate(net, ids, mask, c)
+    assert [r.token_ids for r in out.rows] == [s.token_ids for s in singles]
+    assert [r.hit_max_tokens for r in out.rows] == [s.hit_max_tokens for s in singles]
+    assert out.nfe == net.calls == max(s.nfe for s in singles)
+    assert sum(r.nfe for r in out.rows) == pytest.approx(out.nfe)
+    assert [t.iterations for t in out.trace] == [s.iterations for s in singles]
+
+
+def test_decoding_builds_no_autograd_graph():
+    """The decoder runs under no_grad however it is called: the cached keys of a network whose weights require
+    grad stay plain tensors (the harness calls the decoder contract without a grad context of its own)."""
+    net = native_copy(tiny_qwen(vocab=96, seed=1, sharpness=25.0))
+    assert any(p.requires_grad for p in net.parameters())
+    c = RefusionConfig(gen_length=16, slot_size=4, serial_num_blocks=1, mask_id=95, eos_id=10_000)
+    ids = torch.randint(0, 94, (2, 7), generator=torch.Generator().manual_seed(3))
+    events = []
+    refusion_decode_rows(net, list(ids), c, on_commit=events.append)
+    refusion_generate(net, ids, None, c)
+    assert events and not any(k.requires_grad or v.requires_grad for e in events for k, v in e.kv)
+    assert torch.is_grad_enabled()
+
+
+def naive_visibility(req: Request, length: int, width: int, key_len: int) -> list[list[bool]]:
+    """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for the dense mask of ``request_windows``."""
+    n_new = req.ids.shape[0]
+    window, committed, owned = (req.window, req.committed, req.owned) if req.window else (n_new, length, 1)
+    rows = []
+    for q in range(width):
+        real = q < n_new
+        row = []
+        for c in range(key_len):
+            j = c - length
+            if c < committed:
+                row.append(True)
+            elif c < length:
+                row.append(real and (c - committed) // owned == q // window)
+            elif j < n_new:
+                row.append(real and j // window == q // window and j <= q)
+            elif j < width:  # a pad: seen by pad queries only, so no real query sees it
+                row.append(not real and j <= q)
+            else:
+                row.append(False)
+        rows.append(row)
+    return rows
+
+
+def test_dense_mask_follows_the_visibility_rule():
+    """Rows in different phases (plain causal, in-slot windows with and without owned tail entries), different
+    cache lengths and padding, against the rule evaluated entry by entry."""
+    reqs = [Request(torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long)),
+            Request(torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long), window=4, committed=9,
+                    owned=3),
+            Request(torch.zeros(9, dtype=torch.long), torch.zeros(9, dtype=torch.long), window=3, committed=5),
+            Request(torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))]
+    lengths = [4, 15, 5, 20]
+    width = max(r.ids.shape[0] for r in reqs)
+    key_len = max(lengths) + width
+    expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
+    assert torch.equal(dense_mask(request_windows(reqs, lengths, width), torch.device("cpu")), expected)
