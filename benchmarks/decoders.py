@@ -12,7 +12,8 @@ so time inside and outside the network can be told apart.
 
 Targets (printed as PASS/FAIL):
   * ReFusion spends < 20% of its decode time outside network forwards at canvas 512;
-  * every LLaDA and Dream row (plain and Fast-dLLM) spends < 10% outside network forwards at the diffusion canvas;
+  * every LLaDA and Dream row (plain and Fast-dLLM) and every block-diffusion row (SDAR static, TraDo dynamic,
+    Fast-dLLM v2, each at batch 1 and 8) spends < 10% outside network forwards at the diffusion canvas;
   * on the confident network ReFusion's time per generated token is flat across canvas lengths
     (time/token at 1024 over time/token at 128 <= 1.5).
 
@@ -20,7 +21,9 @@ Targets (printed as PASS/FAIL):
                                   [--rounds 3]
 
 LLaDA and Dream, plain and with Fast-dLLM's prefix cache, dual cache and threshold (block 32), run as further rows
-at ``--diffusion-canvas`` (512) on native networks of the same size, compared with the same AR baseline. On the CPU
+at ``--diffusion-canvas`` (512) on native networks of the same size, compared with the same AR baseline; so do the
+block-diffusion rows, SDAR/TraDo on the native Qwen3 network and Fast-dLLM v2 on the native Qwen2 one, at batch 1
+and at batch 8 (the prompt and seven rotations of it, decoded together), whose ratio is printed. On the CPU
 the script runs one torch thread, so other load on the machine moves both sides of each share alike.
 """
 
@@ -38,9 +41,11 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.clock import timed
 from models.decoders.ar import ARConfig, ar_generate
+from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
+from models.networks.qwen3 import Qwen3NetworkConfig
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
 
 OUTSIDE_SHARE_TARGET = 0.20
@@ -89,11 +94,25 @@ class SynchronisedTimer(torch.nn.Module):
         self.inner, self.device, self.config = inner, device, inner.config
         self.seconds, self.calls = 0.0, 0
 
-    def forward(self, *args, **kwargs):
-        out, seconds = timed(self.device, lambda: self.inner(*args, **kwargs))
+    def _timed(self, call: Callable[[], object]) -> object:
+        out, seconds = timed(self.device, call)
         self.seconds += seconds
         self.calls += 1
         return out
+
+    def forward(self, *args, **kwargs):
+        return self._timed(lambda: self.inner(*args, **kwargs))
+
+
+class SynchronisedBlockTimer(SynchronisedTimer):
+    """The same for a network the block-diffusion decoder drives (kept apart: ReFusion reads ``new_cache`` as the
+    sign of a native network)."""
+
+    def block_forward(self, *args, **kwargs):
+        return self._timed(lambda: self.inner.block_forward(*args, **kwargs))
+
+    def new_cache(self, batch: int, capacity: int):
+        return self.inner.new_cache(batch, capacity)
 
 
 # ---- decoders ---------------------------------------------------------------------------------------------------
@@ -150,6 +169,44 @@ def diffusion_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
     return [row(mode) for mode in DIFFUSION_MODES]
 
 
+BLOCK_FAMILIES = {  # row name -> (network kind, decoder settings), the registry's defaults for each family
+    "sdar static": ("qwen3", BlockDiffusionConfig(block_length=4, denoising_steps=4, temperature=0)),
+    "trado dynamic": ("qwen3", BlockDiffusionConfig(block_length=4, denoising_steps=4, temperature=0,
+                                                    remasking="low_confidence_dynamic", confidence_threshold=0.9)),
+    "fastdllm-v2": ("qwen2", BlockDiffusionConfig(block_length=32, sub_block_length=8, temperature=0,
+                                                  remasking="threshold_plus_best", confidence_threshold=0.9,
+                                                  logit_shift=True, first_token_from_commit=True,
+                                                  commit_finished_block=False)),
+}
+BLOCK_BATCH = 8
+
+
+def build_block_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
+    """A random native Qwen3 (SDAR's layout) or Qwen2 (Fast-dLLM v2's) network of the size of the ones above."""
+    if kind == "qwen3":
+        config = Qwen3NetworkConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
+                                    num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                                    head_dim=args.hidden // 4)
+    else:
+        config = dataclasses.replace(tiny_dream_config(args.vocab), hidden_size=args.hidden,
+                                     num_hidden_layers=args.layers, intermediate_size=3 * args.hidden)
+    return build_network(config, device=args.device, dtype=args.dtype, seed=0)
+
+
+def block_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
+    """The block-diffusion families on ``kind``'s network, each at batch 1 and at batch ``BLOCK_BATCH``."""
+    def row(name: str, cfg: BlockDiffusionConfig, batch: int) -> DecoderRow:
+        def decode(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
+            prompts = torch.cat([prompt.roll(i, dims=1) for i in range(batch)])
+            filled = dataclasses.replace(cfg, gen_length=canvas, mask_id=args.vocab - 1, eos_ids=(args.vocab,))
+            return block_diffusion_generate(network, prompts, None, filled).tokens.numel()
+
+        return DecoderRow(f"{name} b{batch}", decode)
+
+    return [row(name, cfg, batch) for name, (network, cfg) in BLOCK_FAMILIES.items() if network == kind
+            for batch in (1, BLOCK_BATCH)]
+
+
 # ---- measurement ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Measurement:
@@ -189,7 +246,8 @@ def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts
             device: torch.device, rounds: int) -> list[Measurement]:
     """The rows on one network and canvas: one warm-up decode each, then ``rounds`` rounds in which every row
     decodes every prompt once, so load that comes and goes falls on all rows alike."""
-    timers = [SynchronisedTimer(network, device) for _ in rows]
+    timer = SynchronisedBlockTimer if hasattr(network, "block_forward") else SynchronisedTimer
+    timers = [timer(network, device) for _ in rows]
     for row, timer in zip(rows, timers):
         row.decode(timer, prompts[0], canvas)  # warm-up, not counted
     runs: list[list[tuple[int, int, float, float]]] = [[] for _ in rows]
@@ -228,10 +286,16 @@ def print_targets(results: list[Measurement]) -> None:
         print(f"{verdict} refusion/{network} canvas 512: {m.outside_share:.1%} of decode time outside network forwards"
               f" (target < {OUTSIDE_SHARE_TARGET:.0%})")
     for m in results:
-        if m.network in ("llada", "dream"):
+        if m.network in ("llada", "dream", "qwen3", "qwen2"):
             verdict = "PASS" if m.outside_share < DIFFUSION_OUTSIDE_TARGET else "FAIL"
             print(f"{verdict} {m.decoder} canvas {m.canvas}: {m.outside_share:.1%} of decode time outside network"
                   f" forwards (target < {DIFFUSION_OUTSIDE_TARGET:.0%})")
+    for name in BLOCK_FAMILIES:
+        one, many = ([m for m in results if m.decoder == f"{name} b{b}"] for b in (1, BLOCK_BATCH))
+        if one and many:
+            print(f"INFO {name}: batch {BLOCK_BATCH} vs 1, {many[0].tokens_per_second / one[0].tokens_per_second:.2f}x"
+                  f" the tokens/s ({many[0].forwards_per_token:.3f} vs {one[0].forwards_per_token:.3f} forwards"
+                  " per token)")
     lo, hi = by_key.get(("confident", 128, "refusion")), by_key.get(("confident", 1024, "refusion"))
     if lo is None or hi is None:
         print("SKIP per-token cost flatness: canvases 128 and 1024 not both measured")
@@ -255,9 +319,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--slot-size", type=int, default=8)
     parser.add_argument("--block-length", type=int, default=128, help="serial block length (canvas // blocks)")
-    parser.add_argument("--networks", nargs="+", default=["random", "confident"], choices=["random", "confident"])
+    parser.add_argument("--networks", nargs="*", default=["random", "confident"], choices=["random", "confident"],
+                        help="the ReFusion and AR rows' networks (none: only the diffusion rows)")
     parser.add_argument("--diffusion-canvas", type=int, default=512, help="canvas of the LLaDA/Dream rows (0: skip)")
     parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
+    parser.add_argument("--families", nargs="+", default=["llada", "dream", "block"],
+                        choices=["llada", "dream", "block"], help="which diffusion rows run at --diffusion-canvas")
     args = parser.parse_args()
     args.device = torch.device(args.device)
     args.dtype = DTYPES[args.dtype or ("bfloat16" if args.device.type == "cuda" else "float32")]
@@ -279,10 +346,13 @@ def main() -> None:
         for canvas in args.canvas:
             results += measure(name, networks[name], rows, prompts, canvas, args.device, args.rounds)
     if args.diffusion_canvas:
-        for kind in ("llada", "dream"):
+        for kind in [k for k in ("llada", "dream") if k in args.families]:
             network = build_tiny_diffusion(kind, args)
             results += measure(kind, network, diffusion_rows(kind, args), prompts, args.diffusion_canvas,
                                args.device, args.rounds)
+        for kind in ("qwen3", "qwen2") if "block" in args.families else ():
+            results += measure(kind, build_block_network(kind, args), block_rows(kind, args), prompts,
+                               args.diffusion_canvas, args.device, args.rounds)
     print_table(results, rows)
     print_targets(results)
 

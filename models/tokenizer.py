@@ -124,15 +124,24 @@ LLADA_TOKENIZER = TokenizerSpec(
     chat_template=LLADA_CHAT_TEMPLATE,
 )
 
+
+def qwen25_chat_template(default_system: str, close_final_assistant: bool) -> str:
+    """Qwen2.5's ChatML template: a default system turn unless the chat has one, then <|im_start|>role\n...<|im_end|>.
+    Without ``close_final_assistant`` a final assistant message is left open (a prefill), as Dream's template does."""
+    close = "<|im_end|>\n" if close_final_assistant else (
+        "{% if not (m['role'] == 'assistant' and loop.last) %}<|im_end|>\n{% endif %}")
+    return (
+        "{% if messages[0]['role'] != 'system' %}<|im_start|>system\n" + default_system + "<|im_end|>\n{% endif %}"
+        "{% for m in messages %}"
+        "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+        + close +
+        "{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+
+
 # Dream-v0-Instruct: Qwen2.5 template with the default system prompt (docs/decoders.md §3).
-DREAM_CHAT_TEMPLATE = (
-    "{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "{% for m in messages %}"
-    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "{% if not (m['role'] == 'assistant' and loop.last) %}<|im_end|>\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+DREAM_CHAT_TEMPLATE = qwen25_chat_template("You are a helpful assistant.", close_final_assistant=False)
 
 DREAM_TOKENIZER = TokenizerSpec(
     special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|mask|>"),
@@ -140,4 +149,53 @@ DREAM_TOKENIZER = TokenizerSpec(
     pad_token="<|endoftext|>",
     mask_token="<|mask|>",
     chat_template=DREAM_CHAT_TEMPLATE,
+)
+
+# SDAR / TraDo: Qwen3's tokenizer and template with <|MASK|> added after </think> (id 151669 in the release, the last
+# special here); generation ends at <|endoftext|>, a chat turn at <|im_end|>.
+SDAR_TOKENIZER = TokenizerSpec(
+    special_tokens=QWEN3_SPECIALS + ("<|MASK|>",),
+    eos_token="<|endoftext|>",
+    pad_token="<|endoftext|>",
+    mask_token="<|MASK|>",
+    chat_template=QWEN3_CHAT_TEMPLATE,
+)
+
+# Fast-dLLM v2: Qwen2.5-Instruct's tokenizer and template with |<MASK>| added after its specials (id 151665 in the
+# release); pad and eos are <|im_end|>.
+FASTDLLM_V2_TOKENIZER = TokenizerSpec(
+    special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>", "|<MASK>|"),
+    eos_token="<|im_end|>",
+    pad_token="<|im_end|>",
+    mask_token="|<MASK>|",
+    chat_template=qwen25_chat_template("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
+                                       close_final_assistant=True),
+)
+
+# DiffusionGemma (Gemma 4's tokenizer and template): <|turn>role\n...<turn|>\n with the assistant as "model", a
+# leading <bos>; with thinking on, a system turn opens with <|think|>; with it off, the generation prompt carries an
+# empty thought channel. The specials in the release's order: <pad> 0, <eos> 1, <bos> 2 (their released ids too),
+# then <unk>, <mask>, <|tool_response>, <|think|>, <|channel>, <channel|>, <|turn>, <turn|>.
+GEMMA4_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% set thinking = enable_thinking is defined and enable_thinking %}"
+    "{% set system = messages[0]['content'] if messages and messages[0]['role'] == 'system' else none %}"
+    "{% if thinking or system is not none %}"
+    "<|turn>system\n{% if thinking %}<|think|>\n{% endif %}{{ (system or '') | trim }}<turn|>\n"
+    "{% endif %}"
+    "{% for m in messages if m['role'] != 'system' %}"
+    "<|turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n{{ m['content'] | trim }}<turn|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|turn>model\n{% if not thinking %}<|channel>thought\n<channel|>{% endif %}"
+    "{% endif %}"
+)
+
+GEMMA4_TOKENIZER = TokenizerSpec(
+    special_tokens=("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|tool_response>", "<|think|>", "<|channel>",
+                    "<channel|>", "<|turn>", "<turn|>"),
+    eos_token="<eos>",
+    pad_token="<pad>",
+    mask_token="<mask>",
+    bos_token="<bos>",
+    chat_template=GEMMA4_CHAT_TEMPLATE,
 )

@@ -1,6 +1,7 @@
 """Pieces shared by the native networks: RMSNorm, rotate-half RoPE, SwiGLU, SDPA attention with an optional KV
-cache, the per-forward bookkeeping (key length, query positions, padding mask), and config.json handling (the
-fields the Qwen-family configs share, read and written by name).
+cache, the per-forward bookkeeping (key length, query positions, padding mask), the block-causal forward that block
+diffusion decoders drive (``BlockForward``), and config.json handling (the fields the Qwen-family configs share, read
+and written by name).
 
 The networks follow docs/networks.md; where their numerics differ (RoPE precision, mask form) the caller picks.
 """
@@ -9,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from models.networks.kv_buffer import KVBuffer, Reservation
 
 
 # ---- norms, rope, mlp -------------------------------------------------------------------------------------------
@@ -119,10 +122,14 @@ class KVCache:
         return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
 
 
-def merge_kv(cache: KVCache | None, layer: int, k: Tensor, v: Tensor, plan: "AttentionPlan") -> tuple[Tensor, Tensor]:
-    """The keys/values a layer attends to, updating ``cache`` as ``plan`` says (append, replace or read only)."""
+def merge_kv(cache: KVCache | KVBuffer | None, layer: int, k: Tensor, v: Tensor,
+             plan: "AttentionPlan") -> tuple[Tensor, Tensor]:
+    """The keys/values a layer attends to, updating ``cache`` as ``plan`` says (append, replace or read only; a
+    ``KVBuffer`` is written where ``plan.reservation`` says, see ``BlockForward``)."""
     if cache is None:
         return k, v
+    if isinstance(cache, KVBuffer):
+        return cache.store(layer, plan.reservation, k, v)
     if plan.replace_range is not None:
         s, e = plan.replace_range
         cache.keys[layer][:, :, s:e] = k
@@ -183,6 +190,7 @@ class AttentionPlan:
     positions: [B, Lq] absolute RoPE positions of the queries (and of the new keys).
     key_mask: [B, K] bool, True = real key, or None when every key is real.
     key_len: K, the number of keys each query attends to.
+    reservation: where a ``KVBuffer`` cache takes the new keys (``BlockForward``); None with a ``KVCache``.
     """
 
     positions: Tensor
@@ -190,6 +198,7 @@ class AttentionPlan:
     key_len: int
     store_cache: bool
     replace_range: tuple[int, int] | None
+    reservation: Reservation | None = None
 
 
 def plan_forward(
@@ -302,7 +311,7 @@ class BidirectionalNetwork(nn.Module):
     padding_aware_positions: ClassVar[bool]
     bool_mask: ClassVar[bool]
 
-    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
+    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, Callable[[Tensor], Tensor]]:
         """(embedding, layers, final norm, LM head) as stored."""
         raise NotImplementedError
 
@@ -328,15 +337,95 @@ class BidirectionalNetwork(nn.Module):
         replace_range: see ``KVCache``. attention_bias: optional [B|1, H|1, L, K] bool (1 = may attend) or additive
         float bias, combined with the padding mask.
         """
-        embed, layers, norm, head = self.parts()
+        embed, layers, _, _ = self.parts()
         plan = plan_forward(input_ids, attention_mask, position_ids, cache, store_cache, replace_range, len(layers),
                             padding_aware_positions=self.padding_aware_positions, attention_bias=attention_bias)
+        mask = sdpa_mask(plan.key_mask, attention_bias, embed.weight.dtype, as_bool=self.bool_mask)
+        return self.run(input_ids, plan, mask, cache, explicit_positions=position_ids is not None)
+
+    def run(self, input_ids: Tensor, plan: AttentionPlan, mask: Tensor | None, cache: KVCache | KVBuffer | None,
+            explicit_positions: bool) -> Tensor:
+        """Embed, the layers with RoPE at ``plan.positions`` and the SDPA ``mask``, final norm and LM head."""
+        embed, layers, norm, head = self.parts()
         x = embed(input_ids)
-        cos, sin = self.rope(plan, position_ids is not None, x.dtype)
-        mask = sdpa_mask(plan.key_mask, attention_bias, x.dtype, as_bool=self.bool_mask)
+        cos, sin = self.rope(plan, explicit_positions, x.dtype)
         for i, layer in enumerate(layers):
             x = layer(x, cos, sin, mask, cache, i, plan)
         return head(norm(x))
+
+
+# ---- block diffusion: block-causal forwards against a KVBuffer --------------------------------------------------
+
+
+def block_causal_mask(plan: Reservation, positions: Tensor, block_length: int) -> Tensor | None:
+    """[B|1, 1, L, K] bool (True = may attend) for L new entries written where ``plan`` says: each sees every live
+    cached entry of its row and the new entries whose block (position // block_length) is not after its own; other
+    rows' columns stay hidden. None when that is every column (equal rows, one block): SDPA then needs no mask.
+
+    The one-block test reads ``positions`` on the host (one sync on an accelerator)."""
+    blocks = positions.div(block_length, rounding_mode="floor")  # [B|1, L]
+    if plan.uniform is not None and bool((blocks.amax(1) == blocks.amin(1)).all()):
+        return None
+    length = positions.shape[-1]
+    cols = torch.arange(plan.key_len, device=positions.device)
+    starts = plan.index[:, :1] if plan.index is not None else torch.tensor([[plan.uniform]], device=positions.device)
+    rel = cols - starts  # [B|1, K]: a column's index among its row's new entries (< 0: cached)
+    rows = max(rel.shape[0], blocks.shape[0])
+    blocks, rel = blocks.expand(rows, length), rel.expand(rows, plan.key_len)
+    key_blocks = blocks.gather(1, rel.clamp(0, length - 1))
+    is_new = (rel >= 0) & (rel < length)
+    allowed = (rel < 0)[:, None] | (is_new[:, None] & (key_blocks[:, None] <= blocks[:, :, None]))
+    return allowed[:, None]
+
+
+def block_positions(input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int) -> Tensor:
+    """The checked [B|1, L] long positions of a ``block_forward`` call."""
+    if input_ids.dim() != 2 or input_ids.shape[1] == 0:
+        raise ValueError(f"input_ids must be [B, L] with L >= 1, got shape {list(input_ids.shape)}")
+    b, length = input_ids.shape
+    if not isinstance(cache, KVBuffer) or cache.batch != b:
+        raise ValueError(f"block_forward needs a KVBuffer of {b} rows (new_cache), got "
+                         f"{cache.batch if isinstance(cache, KVBuffer) else type(cache).__name__}")
+    if block_length < 1:
+        raise ValueError(f"block_length must be >= 1, got {block_length}")
+    if position_ids.dim() != 2 or tuple(position_ids.shape) not in ((b, length), (1, length)):
+        raise ValueError(f"position_ids must be [B|1, L] = [{b}|1, {length}], got shape {list(position_ids.shape)}")
+    return position_ids.to(input_ids.device).long()
+
+
+class BlockForward:
+    """The two calls a block diffusion decoder (SDAR/TraDo on Qwen3, Fast-dLLM v2 on Dream's Qwen2) makes, the same
+    on both networks: ``new_cache`` and ``block_forward``. A network of the Qwen layout (``model.embed_tokens``,
+    ``model.layers``, a ``QwenFamilyConfig``) supplies ``cached_logits``: its layers over a given mask and cache."""
+
+    config: QwenFamilyConfig
+    model: nn.Module
+
+    def new_cache(self, batch: int, capacity: int) -> KVBuffer:
+        """An empty preallocated cache for ``batch`` rows of up to ``capacity`` entries, in the network's dtype;
+        keys are stored after RoPE."""
+        w = self.model.embed_tokens.weight
+        return KVBuffer(self.config.num_hidden_layers, batch, capacity, self.config.kv_heads,
+                        self.config.dim_per_head, w.dtype, w.device)
+
+    def block_forward(self, input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int,
+                      write: bool | int) -> Tensor:
+        """Logits [B, L, vocab], unshifted, of L new entries at ``position_ids`` [B|1, L], which attend to every live
+        cached entry of their row and to each other block-causally (``block_causal_mask``): one call for a prefill
+        of whole blocks and for one block. ``write``: how many of the new entries, from the left, keep their K/V
+        (True: all, a commit; False: none, a peek, the columns past each row's length then hold garbage; a count
+        in between: a commit fused with the next block's peek)."""
+        positions = block_positions(input_ids, position_ids, cache, block_length)
+        keep = input_ids.shape[1] if write is True else int(write)
+        with cache.claim(input_ids.shape[1], keep=keep) as plan:
+            return self.cached_logits(input_ids, positions, block_causal_mask(plan, positions, block_length), cache,
+                                      plan)
+
+    def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
+                      plan: Reservation) -> Tensor:
+        """Logits of ``input_ids`` at ``positions`` [B|1, L], their K/V written where ``plan`` says, attending with the
+        bool ``mask`` [B|1, 1, L, K] (None: every one of the K columns)."""
+        raise NotImplementedError
 
 
 def config_from_dict(cls: type, d: dict[str, Any]) -> Any:
@@ -395,6 +484,10 @@ class QwenFamilyConfig:
     @property
     def kv_heads(self) -> int:
         return self.num_key_value_heads if self.num_key_value_heads is not None else self.num_attention_heads
+
+    @property
+    def dim_per_head(self) -> int:
+        return self.hidden_size // self.num_attention_heads
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Any:

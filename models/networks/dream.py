@@ -4,19 +4,24 @@ released parameter names.
 Forward returns the logits tensor [B, L, vocab_size] in the parameter dtype, **unshifted**: the sampler applies
 Dream's right shift (position i-1 scores token i). With left padding and no explicit position_ids the positions are
 Dream's tok_idx (cumsum(mask) - 1, pads at 1), so a padded row equals the unpadded run.
+
+Fast-dLLM v2 (a Qwen2.5-Instruct fine-tune, the same names) is this network under block-causal attention against a
+``KVBuffer`` (``block_forward``, docs/networks.md §4); its config is ``FastDLLMv2Config``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.networks.common import (
     AttentionPlan,
     BidirectionalNetwork,
+    BlockForward,
     GatedMLP,
     KVCache,
     QwenFamilyConfig,
@@ -29,6 +34,7 @@ from models.networks.common import (
     rope_inv_freq,
     split_heads,
 )
+from models.networks.kv_buffer import KVBuffer, Reservation
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class DreamNetworkConfig(QwenFamilyConfig):
     values fail in ``__post_init__``. Other fields are kept verbatim in ``extra``."""
 
     family: ClassVar[str] = "Dream"
+    tied_supported: ClassVar[bool] = False  # the released Dream is untied; Fast-dLLM v2 1.5B is tied
     attention_dropout: float = 0.0
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -47,26 +54,63 @@ class DreamNetworkConfig(QwenFamilyConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.tie_word_embeddings:
-            raise ValueError("Dream config: tie_word_embeddings=True is not supported (the released model is untied)")
+        if self.tie_word_embeddings and not self.tied_supported:
+            raise ValueError(f"{self.family} config: tie_word_embeddings=True is not supported "
+                             "(the released model is untied)")
         if self.use_sliding_window:
-            raise ValueError("Dream config: use_sliding_window=True is not supported (attention is full and bidirectional)")
+            raise ValueError(f"{self.family} config: use_sliding_window=True is not supported "
+                             "(attention is full and bidirectional)")
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(f"Dream config: hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+            raise ValueError(f"{self.family} config: hidden_size {self.hidden_size} is not a multiple of "
+                             f"num_attention_heads {self.num_attention_heads}")
         if self.extra.get("head_dim") not in (None, self.head_dim):
-            raise ValueError(f"Dream config: head_dim {self.extra['head_dim']} differs from hidden_size/num_attention_heads {self.head_dim}")
+            raise ValueError(f"{self.family} config: head_dim {self.extra['head_dim']} differs from "
+                             f"hidden_size/num_attention_heads {self.head_dim}")
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.dim_per_head
+
+
+@dataclass(frozen=True)
+class FastDLLMv2Config(DreamNetworkConfig):
+    """config.json of Fast-dLLM v2 (Efficient-Large-Model/Fast_dLLM_v2_7B, _1.5B): the Qwen2.5-Instruct config it was
+    fine-tuned from plus ``bd_size``, the block length its decoder defaults to. The 1.5B ties its embeddings, as
+    Qwen2.5-1.5B does. The released config.json names no mask or pad id; the defaults are the tokenizer's
+    ``|<MASK>|`` (151665) and ``<|im_end|>`` (151645)."""
+
+    family: ClassVar[str] = "Fast-dLLM v2"
+    tied_supported: ClassVar[bool] = True
+    bd_size: int = 32
+    eos_token_id: int | None = 151645
+    pad_token_id: int | None = 151645
+    mask_token_id: int | None = 151665
+    model_type: str = "Fast_dLLM_Qwen"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.bd_size < 1:
+            raise ValueError(f"{self.family} config: bd_size {self.bd_size} must be >= 1")
+
+
+# 2 layers, 64 wide, grouped-query attention (4 q heads on 2 kv heads, as the 7B has 28 on 4)
+_TINY_SIZE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0)
 
 
 def tiny_dream_config(vocab_size: int) -> DreamNetworkConfig:
-    """A 2-layer, 64-wide Dream with grouped-query attention (4 q heads on 2 kv heads, as the 7B has 28 on 4)."""
+    """A tiny Dream of the 7B's layout (``_TINY_SIZE``)."""
     return DreamNetworkConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        vocab_size=vocab_size, **_TINY_SIZE, max_position_embeddings=256,
         tie_word_embeddings=False, pad_token_id=None, mask_token_id=None, extra={"architectures": ["DreamModel"]},
+    )
+
+
+def tiny_fastdllm_v2_config(vocab_size: int, tied: bool = False) -> FastDLLMv2Config:
+    """A tiny Fast-dLLM v2 of the 7B's layout (untied) or, ``tied``, the 1.5B's; the released architecture name."""
+    return FastDLLMv2Config(
+        vocab_size=vocab_size, **_TINY_SIZE, max_position_embeddings=4096, tie_word_embeddings=tied,
+        extra={"architectures": ["Fast_dLLM_QwenForCausalLM"]},
     )
 
 
@@ -82,7 +126,7 @@ class DreamAttention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=True)
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | KVBuffer | None,
                 layer: int, plan: Any) -> Tensor:
         q = split_heads(self.q_proj(x), self.n_heads)
         k = split_heads(self.k_proj(x), self.n_kv)
@@ -102,16 +146,16 @@ class DreamLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | KVBuffer | None,
                 layer: int, plan: Any) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, plan)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class DreamNetwork(BidirectionalNetwork):
-    """Dream-v0-7B as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head``. Positions default to
-    Dream's tok_idx at the query columns (padding-aware: a left-padded row equals the row alone); the padding mask is
-    boolean, as the reference passes it to SDPA."""
+class DreamNetwork(BlockForward, BidirectionalNetwork):
+    """Dream-v0-7B as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` (none when the config ties
+    it to the embedding). Positions default to Dream's tok_idx at the query columns (padding-aware: a left-padded row
+    equals the row alone); the padding mask is boolean, as the reference passes it to SDPA."""
 
     padding_aware_positions = True
     bool_mask = True
@@ -123,11 +167,23 @@ class DreamNetwork(BidirectionalNetwork):
         self.model.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.model.layers = nn.ModuleList(DreamLayer(config) for _ in range(config.num_hidden_layers))
         self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if not config.tie_word_embeddings:
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._inv_freq: dict[torch.device, Tensor] = {}
 
-    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
-        return self.model.embed_tokens, self.model.layers, self.model.norm, self.lm_head
+    def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, Callable[[Tensor], Tensor]]:
+        head = self._tied_head if self.config.tie_word_embeddings else self.lm_head
+        return self.model.embed_tokens, self.model.layers, self.model.norm, head
+
+    def _tied_head(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.model.embed_tokens.weight)
+
+    def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
+                      plan: Reservation) -> Tensor:
+        """``BlockForward``'s layers: Dream's own forward with the bool mask and the buffer's reservation."""
+        attention = AttentionPlan(positions.expand(input_ids.shape), None, plan.key_len, store_cache=False,
+                                  replace_range=None, reservation=plan)
+        return self.run(input_ids, attention, mask, cache, explicit_positions=True)
 
     def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """fp32 angles on the device, then cast to the model dtype (as the reference)."""

@@ -9,7 +9,9 @@ caller's mask hides the columns a row does not own (see ``reserve``).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -67,6 +69,21 @@ class KVBuffer:
             plan = Reservation(starts[:, None] + self._cols[:n_new], top, None)
         self.lengths = [n + n_new for n in self.lengths]
         return plan
+
+    @contextmanager
+    def claim(self, n_new: int, keep: int) -> Iterator[Reservation]:
+        """``reserve(n_new)`` for one forward, after which each row keeps only the first ``keep`` of the new entries
+        (0: a block diffusion "peek", whose K/V are written, attended to and left as free columns)."""
+        if not 0 <= keep <= n_new:
+            raise ValueError(f"cannot keep {keep} of {n_new} new entries")
+        before = list(self.lengths)
+        plan = self.reserve(n_new)
+        try:
+            yield plan
+        except BaseException:
+            self.lengths = before
+            raise
+        self.lengths = [n + keep for n in before]
 
     def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""

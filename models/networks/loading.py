@@ -8,6 +8,7 @@ The network is built on the meta device and the checkpoint tensors are assigned 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -17,18 +18,35 @@ from safetensors.torch import save_file
 from torch import nn
 
 from models.networks.common import RMSNorm
-from models.networks.dream import DreamNetworkConfig, DreamNetwork
+from models.networks.dream import DreamNetworkConfig, DreamNetwork, FastDLLMv2Config
 from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
+from models.networks.llada2 import LLaDA2Network, LLaDA2NetworkConfig
 from models.networks.qwen3 import Qwen3NetworkConfig, Qwen3Network
 
-Kind = Literal["llada", "dream", "qwen3"]
-Network = LLaDANetwork | DreamNetwork | Qwen3Network
-Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig
+Kind = Literal["llada", "dream", "qwen3", "sdar", "fastdllm-v2", "llada2"]
+Network = LLaDANetwork | DreamNetwork | Qwen3Network | LLaDA2Network
+Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig | LLaDA2NetworkConfig
 
-_KINDS: dict[str, tuple[type, type, str]] = {
-    "llada": (LLaDANetworkConfig, LLaDANetwork, "LLaDA"),
-    "dream": (DreamNetworkConfig, DreamNetwork, "Dream"),
-    "qwen3": (Qwen3NetworkConfig, Qwen3Network, "Qwen3"),
+
+@dataclass(frozen=True)
+class NetworkKind:
+    """What a kind loads: its config class, its network, its name in messages, and the config.json ``model_type``
+    values (lower-cased) that are checkpoints of it. SDAR/TraDo are Qwen3 networks and Fast-dLLM v2 a Qwen2 (Dream)
+    one; only their configs say which decoder they were trained for."""
+
+    config: type
+    network: type
+    label: str
+    model_types: frozenset[str]
+
+
+_KINDS: dict[str, NetworkKind] = {
+    "llada": NetworkKind(LLaDANetworkConfig, LLaDANetwork, "LLaDA", frozenset({"llada"})),
+    "dream": NetworkKind(DreamNetworkConfig, DreamNetwork, "Dream", frozenset({"dream"})),
+    "qwen3": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "Qwen3", frozenset({"qwen3"})),
+    "sdar": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "SDAR", frozenset({"sdar"})),
+    "fastdllm-v2": NetworkKind(FastDLLMv2Config, DreamNetwork, "Fast-dLLM v2", frozenset({"fast_dllm_qwen"})),
+    "llada2": NetworkKind(LLaDA2NetworkConfig, LLaDA2Network, "LLaDA2", frozenset({"llada2_moe"})),
 }
 _DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
@@ -52,17 +70,21 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def _kind(kind: str) -> tuple[type, type, str]:
+def _kind(kind: str) -> NetworkKind:
     if kind not in _KINDS:
         raise ValueError(f"unknown network kind {kind!r}; use {', '.join(map(repr, _KINDS))}")
     return _KINDS[kind]
 
 
 def kind_of(network: nn.Module) -> Kind:
-    for kind, (_, cls, _) in _KINDS.items():
-        if isinstance(network, cls):
-            return kind  # type: ignore[return-value]
-    raise ValueError(f"not a native network: {type(network).__name__}")
+    """Among the kinds of the network's class, the one its config's model_type names (else the first: a Qwen3 network
+    of a checkpoint that names no known model_type is ``qwen3``)."""
+    matches = [kind for kind, spec in _KINDS.items() if isinstance(network, spec.network)]
+    if not matches:
+        raise ValueError(f"not a native network: {type(network).__name__}")
+    model_type = str(network.config.model_type).lower()
+    named = (kind for kind in matches if model_type in _KINDS[kind].model_types)
+    return next(named, matches[0])  # type: ignore[return-value]
 
 
 # ---- building -----------------------------------------------------------------------------------------------------
@@ -72,7 +94,7 @@ def build_network(config: Config, device: torch.device | str = "cpu", dtype: tor
                   seed: int | None = None) -> Network:
     """A network with fresh weights; with ``seed``, deterministic weights that make every parameter matter (norm
     weights 1 + 0.1 N, biases 0.1 N, linears N(0, 1/fan_in), embeddings N(0, 1)): for tiny offline models."""
-    cls = next(net for cfg_cls, net, _ in _KINDS.values() if isinstance(config, cfg_cls))
+    cls = next(spec.network for spec in _KINDS.values() if isinstance(config, spec.config))
     with torch.device(device):
         network = cls(config)
     network = network.to(resolve_dtype(dtype))
@@ -126,7 +148,7 @@ def resolve_folder(path_or_id: str | Path, revision: str | None = None) -> Path:
 
 
 def read_config(folder: Path, kind: Kind) -> Config:
-    config_cls, _, label = _kind(kind)
+    spec = _kind(kind)
     path = folder / "config.json"
     if not path.is_file():
         raise CheckpointError(f"checkpoint at {folder} has no config.json")
@@ -135,9 +157,9 @@ def read_config(folder: Path, kind: Kind) -> Config:
     except json.JSONDecodeError as e:
         raise CheckpointError(f"config.json at {folder} is not valid JSON: {e}") from e
     model_type = d.get("model_type")
-    if model_type is not None and str(model_type).lower() != kind:
-        raise CheckpointError(f"checkpoint at {folder} is model_type {model_type!r}, not {label}")
-    return config_cls.from_dict(d)
+    if model_type is not None and str(model_type).lower() not in spec.model_types:
+        raise CheckpointError(f"checkpoint at {folder} is model_type {model_type!r}, not {spec.label}")
+    return spec.config.from_dict(d)
 
 
 def checkpoint_files(folder: Path) -> dict[str, Path]:
@@ -212,15 +234,15 @@ def load_network(path_or_id: str | Path, kind: Kind, dtype: torch.dtype | str = 
                  device: torch.device | str = "cpu", revision: str | None = None) -> Network:
     """Load a released (or ``save_network``-written) checkpoint into the native network, in eval mode without
     gradients. Names and shapes are checked against the network before any tensor data is read."""
-    _, network_cls, label = _kind(kind)
+    spec = _kind(kind)
     dtype = resolve_dtype(dtype)
     device = torch.device(device)
     folder = resolve_folder(path_or_id, revision)
     config = read_config(folder, kind)
     with torch.device("meta"):
-        network = network_cls(config)
+        network = spec.network(config)
     files = checkpoint_files(folder)
-    check_match(expected_shapes(network), checkpoint_shapes(files), str(path_or_id), label)
+    check_match(expected_shapes(network), checkpoint_shapes(files), str(path_or_id), spec.label)
     state: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for name, path in files.items():

@@ -7,6 +7,7 @@ fp32 and cast to the model dtype, as transformers does. Forward returns unshifte
 
 The cache is a ``KVBuffer`` (preallocated, written by index), so a decode step allocates no cache memory; the
 attention mask is a 4-D [B|1, 1, L, K] bool (True = may attend) or additive float mask over the K = cached + new keys.
+SDAR and TraDo are this network under block-causal attention (``block_forward``, docs/networks.md §4).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads, rms_norm,
-                                     rope_angles, rope_inv_freq, split_heads)
+from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads,
+                                     rms_norm, rope_angles, rope_inv_freq, split_heads)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
@@ -110,9 +111,10 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
     enable_gqa together with a mask (SDPA would fall back to its math kernel), so there each kv head's q heads are
     stacked along the query axis and the mask is repeated to match: rep x queries x keys entries, against rep copies
     of the whole cache per layer when the kv heads are repeated. All three forms are bitwise equal on the CPU
-    (tested). A causal call without a mask keeps query i aligned with key i, so it repeats the kv heads."""
+    (tested). A causal call without a mask keeps query i aligned with key i, so it repeats the kv heads; a call with
+    neither (every query sees every key) is one the fused kernels take with enable_gqa."""
     n_heads, n_kv = q.shape[1], k.shape[1]
-    if fused or n_heads == n_kv:
+    if fused or n_heads == n_kv or (mask is None and not causal):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=n_heads != n_kv)
     rep = n_heads // n_kv
     if mask is None:
@@ -152,8 +154,9 @@ def causal_mask(triangle: Tensor, plan: Reservation, n_new: int) -> Tensor:
     return triangle[plan.index, :plan.key_len][:, None]
 
 
-class Qwen3Network(nn.Module):
-    """Qwen3ForCausalLM as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` unless tied."""
+class Qwen3Network(BlockForward, nn.Module):
+    """Qwen3ForCausalLM as stored: ``model.{embed_tokens, layers.{i}.*, norm}`` and ``lm_head`` unless tied (SDAR's
+    ``SDARForCausalLM`` stores the same names)."""
 
     def __init__(self, config: Qwen3NetworkConfig) -> None:
         super().__init__()
@@ -166,12 +169,6 @@ class Qwen3Network(nn.Module):
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self._inv_freq: dict[torch.device, Tensor] = {}
         self._triangles: dict[tuple[torch.device, torch.dtype], Tensor] = {}
-
-    def new_cache(self, batch: int, capacity: int) -> KVBuffer:
-        """An empty preallocated cache for ``batch`` rows of up to ``capacity`` entries, in the network's dtype."""
-        w = self.model.embed_tokens.weight
-        return KVBuffer(self.config.num_hidden_layers, batch, capacity, self.config.kv_heads,
-                        self.config.dim_per_head, w.dtype, w.device)
 
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> Rope:
         inv_freq = self._inv_freq.get(positions.device)
@@ -238,9 +235,23 @@ class Qwen3Network(nn.Module):
                                                    or attention_mask.shape[-2:] != (length, key_len)):
             raise ValueError(f"attention_mask must be [B|1, 1, {length}, {key_len}], got {list(attention_mask.shape)}")
         positions = position_ids.reshape(-1, length).expand(b, length)
+        weight = self.model.embed_tokens.weight
+        mask = self._attention(attention_mask, cache, plan, length, weight.dtype, weight.device)
+        return self._logits(input_ids, positions, mask, cache, plan, logits_to_keep)
+
+    def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
+                      plan: Reservation) -> Tensor:
+        """``BlockForward``'s layers: the bool mask made additive once, as ``forward`` does."""
+        if mask is not None:
+            mask = additive_mask(mask, self.model.embed_tokens.weight.dtype)
+        return self._logits(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
+
+    def _logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | GroupedPlan | None,
+                cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0) -> Tensor:
+        """Embed, the layers at ``positions`` [B, L] with ``mask`` (None: causal without a cache, every key with
+        one), final norm and head."""
         x = self.model.embed_tokens(input_ids)
         rope = self._rope(positions, x.dtype)
-        mask = self._attention(attention_mask, cache, plan, length, x.dtype, x.device)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, rope, mask, cache, i, plan)
         if logits_to_keep:

@@ -1,0 +1,240 @@
+"""The block-diffusion decoder against independent computations: scripted logits with known answers, a full
+recompute (no cache, block-causal mask over the whole sequence) against the cached native networks, and every row
+of a left-padded batch against the row decoded alone."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from block_stubs import RecomputeNetwork, native_logits, table_logits
+
+from models.decoders.block_diffusion import (BlockDiffusionConfig, block_diffusion_generate, commit_rule, propose,
+                                             transfer_schedule, validate_block_diffusion_config)
+from models.decoders.contract import ConfigError
+from models.decoders.sampling import Draws
+from models.networks.dream import DreamNetwork, tiny_dream_config
+from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
+
+V, MASK, EOS = 48, 47, 46
+SDAR = BlockDiffusionConfig(block_length=4, denoising_steps=4, remasking="low_confidence_static", temperature=0,
+                            mask_id=MASK, eos_ids=(EOS,))
+V2 = dataclasses.replace(SDAR, block_length=8, sub_block_length=4, remasking="threshold_plus_best",
+                         confidence_threshold=0.9, logit_shift=True, first_token_from_commit=True,
+                         commit_finished_block=False)
+
+
+def one_hot(targets: list[int], high: float = 8.0) -> torch.Tensor:
+    table = torch.zeros(len(targets), V)
+    table[torch.arange(len(targets)), torch.tensor(targets)] = high
+    return table
+
+
+def decode(network, prompts: list[list[int]], cfg: BlockDiffusionConfig, gen: int, row_seeds=None):
+    """Left-pad the prompts into one batch and decode it."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return block_diffusion_generate(network, ids, mask, dataclasses.replace(cfg, gen_length=gen), row_seeds)
+
+
+def qwen3(seed: int = 0) -> Qwen3Network:
+    torch.manual_seed(seed)
+    config = Qwen3NetworkConfig(vocab_size=V, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    return Qwen3Network(config).eval()
+
+
+def qwen2(seed: int = 0) -> DreamNetwork:
+    torch.manual_seed(seed)
+    return DreamNetwork(tiny_dream_config(V)).eval()
+
+
+# ---- scripted logits: answers known by hand ------------------------------------------------------------------
+def test_schedule_splits_the_block_front_loaded():
+    assert transfer_schedule(4, 4) == [1, 1, 1, 1]
+    assert transfer_schedule(8, 3) == [3, 3, 2]
+
+
+def test_static_four_by_four_is_four_tokens_per_five_forwards():
+    """Prompt of two whole blocks: one prefill, then per block four peeks (one token each) and one commit."""
+    targets = list(range(20))
+    net = RecomputeNetwork(table_logits(one_hot(targets)))
+    out = decode(net, [[1] * 8], SDAR, gen=12)
+    assert out.rows[0].token_ids == targets[8:20]
+    assert out.nfe == 1 + 3 * 5
+    assert [bool(written) for _, _, written in net.calls] == [True] + ([False] * 4 + [True]) * 3
+    assert net.calls[0] == (0, 8, 8)  # the prefill covers the prompt's whole blocks in one forward
+
+
+def test_static_commits_the_most_confident_mask_first():
+    """Confidences rise along the block, so the last position is committed first (seen in the peek inputs)."""
+    table = torch.zeros(8, V)
+    for i in range(8):
+        table[i, i] = 2.0 + i  # sharper further right
+    net = RecomputeNetwork(table_logits(table))
+    seen = []
+    inner = net.block_forward
+
+    def recording(ids, positions, cache, size, write):
+        seen.append(ids[0].tolist())
+        return inner(ids, positions, cache, size, write)
+
+    net.block_forward = recording
+    decode(net, [[1] * 4], SDAR, gen=4)
+    assert seen[1:5] == [[MASK] * 4, [MASK, MASK, MASK, 7], [MASK, MASK, 6, 7], [MASK, 5, 6, 7]]
+
+
+def test_unaligned_prompt_shares_its_last_block_with_masks():
+    """A 6-token prompt: its one whole block is prefilled, then block [4, 8) holds two prompt tokens and two masks,
+    decoded in two steps; the prompt tokens are never replaced."""
+    targets = list(range(16))
+    net = RecomputeNetwork(table_logits(one_hot(targets)))
+    prompt = [9, 9, 9, 9, 5, 5]
+    out = decode(net, [prompt], dataclasses.replace(SDAR, block_length=4, denoising_steps=2), gen=6)
+    assert out.rows[0].token_ids == targets[6:12]
+    assert net.calls[0] == (0, 4, 4)
+    assert out.tokens.shape == (1, 6)
+
+
+def test_capped_count_never_overwrites_the_prompt():
+    """Block 8, 2 steps (4 per step), 7 prompt tokens in the first block: the one mask is committed and nothing
+    else (the published top-k over all positions would also replace three prompt tokens)."""
+    net = RecomputeNetwork(table_logits(one_hot(list(range(16)))))
+    cfg = dataclasses.replace(SDAR, block_length=8, denoising_steps=2)
+    out = decode(net, [[3, 3, 3, 3, 3, 3, 3]], cfg, gen=9)
+    assert out.rows[0].token_ids == list(range(7, 16))
+    assert net.calls[:3] == [(0, 8, 0), (0, 8, 8), (8, 8, 0)]
+
+
+def test_dynamic_commits_every_confident_mask_at_once():
+    net = RecomputeNetwork(table_logits(one_hot(list(range(12)), high=20.0)))
+    cfg = dataclasses.replace(SDAR, remasking="low_confidence_dynamic", confidence_threshold=0.9)
+    out = decode(net, [[1] * 4], cfg, gen=8)
+    assert out.rows[0].token_ids == list(range(4, 12))
+    assert out.nfe == 1 + 2 * 2  # per block one peek commits all four, then the commit
+
+
+def test_entropy_bounded_takes_the_lowest_entropy_masks_up_to_the_bound():
+    """Two sharp positions (entropy ~0) and two flat ones: a bound of 0.5 takes the sharp ones in the first step."""
+    table = torch.zeros(4, V)
+    table[0, 10] = table[2, 12] = 30.0
+    proposal = propose(table[None], dataclasses.replace(SDAR, temperature=0), Draws(None, None), None)
+    masked = torch.ones(1, 4, dtype=torch.bool)
+    chosen = commit_rule(dataclasses.replace(SDAR, remasking="entropy_bounded", eb_threshold=0.5), proposal,
+                         masked, 0, [1, 1, 1, 1])
+    assert chosen.tolist() == [[True, False, True, False]]
+    flat = commit_rule(dataclasses.replace(SDAR, remasking="entropy_bounded", eb_threshold=1e-9), proposal,
+                       masked & torch.tensor([[False, True, False, True]]), 0, [1, 1, 1, 1])
+    assert flat.sum() == 1  # at least one, even when none fits under the bound
+
+
+def test_threshold_plus_best_and_sequential():
+    confidence_logits = torch.log(torch.tensor([[0.2, 0.95, 0.5, 0.97]]))
+    logits = torch.full((1, 4, V), -30.0)
+    for i, c in enumerate(confidence_logits[0]):
+        logits[0, i, i] = 0.0
+        logits[0, i, V - 1] = torch.log(1 - c.exp()) if c.exp() < 1 else -30.0
+    proposal = propose(logits, SDAR, Draws(None, None), None)
+    masked = torch.tensor([[True, True, True, False]])
+    v2 = commit_rule(dataclasses.replace(V2, confidence_threshold=0.9), proposal, masked, 0, [1])
+    assert v2.tolist() == [[False, True, False, False]]  # above 0.9 among masks; 0.97 is not a mask
+    low = commit_rule(dataclasses.replace(V2, confidence_threshold=0.99), proposal, masked, 0, [1])
+    assert low.tolist() == [[False, True, False, False]]  # none above: the most confident mask alone
+    seq = commit_rule(dataclasses.replace(SDAR, remasking="sequential"), proposal, masked, 0, [2])
+    assert seq.tolist() == [[True, True, False, False]]
+
+
+def test_end_of_sequence_stops_after_its_block():
+    targets = [0] * 4 + [5, EOS, 7, 8] + list(range(8, 16))
+    net = RecomputeNetwork(table_logits(one_hot(targets)))
+    out = decode(net, [[1] * 4], SDAR, gen=12)
+    assert out.rows[0].token_ids == [5, EOS]
+    assert not out.rows[0].hit_max_tokens
+    assert out.nfe == 1 + 5  # prefill, one block (4 peeks + its commit), then stop
+
+
+def test_fastdllm_v2_first_token_comes_from_the_commit_pass_and_logits_shift():
+    """Logits at position p point at token p + 1 (the shift makes position p read them from p - 1): the block's
+    first token is the commit pass's last logit, every other position its predecessor's."""
+    table = one_hot([(p + 1) % 40 for p in range(40)], high=20.0)
+    net = RecomputeNetwork(table_logits(table))
+    out = decode(net, [[1] * 8], V2, gen=16)
+    assert out.rows[0].token_ids == list(range(8, 24))
+    # prefill, then per 8-block: one peek per 4-sub-block (all confident) and the commit
+    assert out.nfe == 1 + 2 * 3
+
+
+def test_fastdllm_v2_skips_the_commit_once_every_row_has_stopped():
+    table = one_hot([(p + 1) % 40 if p != 10 else EOS for p in range(40)], high=20.0)
+    out = decode(RecomputeNetwork(table_logits(table)), [[1] * 8], V2, gen=16)
+    assert out.rows[0].token_ids == [8, 9, 10, EOS]
+    assert out.nfe == 1 + 2  # prefill and the block's two sub-block peeks; no commit after the stop
+
+
+LLADA2 = dataclasses.replace(SDAR, remasking="low_confidence_dynamic", confidence_threshold=0.95, fused_commit=True)
+
+
+def test_fused_commit_spends_one_forward_per_step():
+    """LLaDA2's reference recomputes the prefix every step: here each block's first peek also writes what is not
+    yet cached (the prompt's whole blocks, then the previous block), so the forwards are exactly the steps."""
+    net = RecomputeNetwork(table_logits(one_hot(list(range(16)), high=20.0)))
+    out = decode(net, [[1, 1, 1, 1, 1, 1]], LLADA2, gen=10)
+    assert out.rows[0].token_ids == list(range(6, 16))
+    assert net.calls == [(0, 8, 4), (4, 8, 4), (8, 8, 4)]  # (first position, length fed, entries written)
+
+
+def test_eos_early_stop_ends_mid_block_once_everything_before_it_is_filled():
+    """The step that commits the end of sequence (second) finds nothing open before it, so the row stops there,
+    with two masks of the block left; as the reference, only a step that commits one checks."""
+    table = torch.zeros(8, V)
+    for position, token, sharpness in [(4, 7, 20.0), (5, EOS, 12.0), (6, 8, 8.0), (7, 9, 5.0)]:
+        table[position, token] = sharpness
+    cfg = dataclasses.replace(LLADA2, confidence_threshold=1.0)  # one token a step, the most confident first
+    early = decode(RecomputeNetwork(table_logits(table)), [[1] * 4], dataclasses.replace(cfg, eos_early_stop=True),
+                   gen=4)
+    late = decode(RecomputeNetwork(table_logits(table)), [[1] * 4], cfg, gen=4)
+    assert early.rows[0].token_ids == late.rows[0].token_ids == [7, EOS]
+    assert (early.nfe, late.nfe) == (2, 4)
+
+
+def test_bad_settings_fail_in_one_line():
+    for changes, words in [({"remasking": "greedy"}, "unknown remasking"), ({"denoising_steps": 9}, "denoising_steps"),
+                           ({"sub_block_length": 3}, "sub_block_length"), ({"temperature": -1}, "temperature")]:
+        with pytest.raises(ConfigError, match=words):
+            validate_block_diffusion_config(dataclasses.replace(SDAR, gen_length=8, **changes))
+
+
+# ---- the cached native networks against a full recompute, and batches against rows alone ----------------------
+SETTINGS = {
+    "sdar-static": (qwen3, SDAR),
+    "sdar-dynamic": (qwen3, dataclasses.replace(SDAR, remasking="low_confidence_dynamic", confidence_threshold=0.1)),
+    "sdar-sampled": (qwen3, dataclasses.replace(SDAR, temperature=1.0, top_k=8, top_p=0.9, seed=3)),
+    "v2": (qwen2, dataclasses.replace(V2, confidence_threshold=0.05)),
+    "llada2-rules": (qwen3, dataclasses.replace(LLADA2, confidence_threshold=0.1, eos_early_stop=True)),
+}
+PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_cached_path_equals_a_full_recompute(name):
+    build, cfg = SETTINGS[name]
+    network = build()
+    for prompt in PROMPTS:
+        cached = decode(network, [prompt], cfg, gen=13)
+        recomputed = decode(RecomputeNetwork(native_logits(network)), [prompt], cfg, gen=13)
+        assert cached.tokens.tolist() == recomputed.tokens.tolist()
+        assert cached.nfe == recomputed.nfe
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_every_row_of_a_batch_equals_the_row_alone(name):
+    build, cfg = SETTINGS[name]
+    network = build()
+    seeds = [11, 12, 13] if cfg.temperature > 0 else None
+    batch = decode(network, PROMPTS, cfg, gen=13, row_seeds=seeds)
+    for i, prompt in enumerate(PROMPTS):
+        alone = decode(network, [prompt], cfg, gen=13, row_seeds=None if seeds is None else [seeds[i]])
+        assert batch.rows[i].token_ids == alone.rows[0].token_ids, f"row {i}"
+    assert batch.nfe < sum(decode(network, [p], cfg, gen=13).nfe for p in PROMPTS)
