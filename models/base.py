@@ -215,6 +215,11 @@ class ModelAdapter(ABC):
         """The network a batch runs on; an adapter with runtime options picks it by them."""
         return self.network
 
+    def forward_modules(self, network: Any) -> Any:
+        """What the forward timer hooks: the network itself, one call per forward; an adapter whose generate calls
+        submodules instead (DiffusionGemma: its encoder and decoder) names those."""
+        return network
+
     @abstractmethod
     def token_ids(self) -> dict[str, Any]:
         """The decoder config's token-id fields, from the tokenizer (or the generation config)."""

@@ -23,6 +23,10 @@ ADAPTERS = {
     "llada-fastdllm": "models.adapters.llada:FastLLaDAAdapter",
     "dream": "models.adapters.dream:DreamAdapter",
     "dream-fastdllm": "models.adapters.dream:FastDreamAdapter",
+    "sdar": "models.adapters.block_diffusion:SDARAdapter",
+    "fastdllm-v2": "models.adapters.block_diffusion:FastDLLMv2Adapter",
+    "llada2": "models.adapters.block_diffusion:LLaDA2Adapter",
+    "diffusiongemma": "models.adapters.diffusion_gemma:DiffusionGemmaAdapter",
     "vllm": "models.adapters.engine.vllm_adapter:VLLMAdapter",
 }
 
@@ -95,6 +99,55 @@ DREAM_CODER = {"temperature": 0.1, "top_p": 1.0, "alg": "entropy", "alg_temp": 0
 # Fast-dLLM's published setting (docs/decoders.md §4) is the Fast-dLLM configs' own default: dual cache + parallel
 # decoding, block 32, threshold 0.9.
 
+# The paper's seven tasks (tasks.registry.PAPER_TASKS; models never import tasks), for presets that set the same
+# options on each.
+PAPER_TASK_NAMES = ("mmlu_pro", "arc_challenge", "gsm8k", "math", "gpqa", "humaneval", "mbpp")
+
+
+def every_task(options: dict[str, Any], **per_task: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A preset with ``options`` on each of the seven tasks, and ``per_task`` ones on top for the tasks named."""
+    return {task: {**options, **per_task.get(task, {})} for task in PAPER_TASK_NAMES}
+
+
+# SDAR's OpenCompass evaluation (JetAstra/SDAR evaluation/, docs/decoders.md §7): blocks of 4, 4 denoising steps,
+# greedy (its top_k 1), static low-confidence remasking; the chat template rendered with its own default (no thinking
+# switch), as SDAR's generate.py renders it.
+SDAR = {"enable_thinking": None, "temperature": 0.0, "block_length": 4, "denoising_steps": 4,
+        "remasking": "low_confidence_static"}
+# TraDo's evaluation: the same blocks, dynamic low-confidence remasking above 0.9.
+TRADO = {**SDAR, "remasking": "low_confidence_dynamic", "confidence_threshold": 0.9}
+# Fast-dLLM v2's README and eval script: blocks of 32 (the checkpoint's bd_size when it is on disk), sub-blocks of 8,
+# every mask above 0.9 plus the most confident one, greedy, shifted logits, the next block's first token from the
+# commit pass, and no commit forward once every row has finished.
+FASTDLLM_V2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, "sub_block_length": 8,
+               "remasking": "threshold_plus_best", "confidence_threshold": 0.9, "logit_shift": True,
+               "first_token_from_commit": True, "commit_finished_block": False}
+
+_SDAR_DECODING = ("block_length", "denoising_steps", "remasking", "temperature")
+SDAR_PAPER = every_task({k: SDAR[k] for k in _SDAR_DECODING})
+TRADO_PAPER = every_task({k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")})
+# v2/eval_script.sh runs gsm8k and minerva_math with threshold 1 (one token per step, the most confident); the
+# README's uniform 0.9 is the "readme" preset.
+FASTDLLM_V2_README = every_task({"confidence_threshold": 0.9})
+FASTDLLM_V2_PAPER = every_task({"confidence_threshold": 0.9}, gsm8k={"confidence_threshold": 1.0},
+                               math={"confidence_threshold": 1.0})
+SDAR_PRESETS = {"paper": SDAR_PAPER}
+TRADO_PRESETS = {"paper": TRADO_PAPER}
+FASTDLLM_V2_PRESETS = {"paper": FASTDLLM_V2_PAPER, "readme": FASTDLLM_V2_README}
+# LLaDA2.0's report (Table 1: temperature 0, block 32, threshold 0.95) and the published generate's defaults (steps
+# 32, threshold 0.95, eos_id/mask_id, eos_early_stop as the model card's example passes it); every forward is one
+# step of that generate (fused commits). The chat template's own default system turn: "detailed thinking off".
+LLADA2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, "denoising_steps": 32,
+          "remasking": "low_confidence_dynamic", "confidence_threshold": 0.95, "fused_commit": True,
+          "eos_early_stop": True}
+LLADA2_PAPER = every_task({k: LLADA2[k] for k in (*_SDAR_DECODING, "confidence_threshold", "eos_early_stop")})
+LLADA2_PRESETS = {"paper": LLADA2_PAPER}
+_LLADA2_WHERE = "blocks of 32 in up to 32 greedy steps, every mask above 0.95 (LLaDA2.0 report, Table 1)"
+_SDAR_WHERE = "blocks of 4 in 4 greedy steps, static low-confidence (SDAR's OpenCompass evaluation)"
+_TRADO_WHERE = "blocks of 4 in 4 greedy steps, dynamic low-confidence above 0.9 (TraDo's evaluation)"
+_FASTDLLM_V2_WHERE = ("blocks of 32 (bd_size) in sub-blocks of 8, threshold 0.9 plus the best (README); --preset "
+                      "paper: threshold 1 on gsm8k and math as in its eval script, --preset readme: 0.9 everywhere")
+
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
@@ -143,6 +196,41 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("dream-fastdllm", "dream-fastdllm", "Dream-org/Dream-v0-Instruct-7B",
                   "Dream-v0-Instruct-7B with Fast-dLLM: dual cache, block 32, threshold 0.9"),
         ModelSpec("tiny-dream-fastdllm", "dream-fastdllm", "tiny-dream", "offline: tiny Dream with Fast-dLLM"),
+        ModelSpec("sdar-8b", "sdar", "JetLM/SDAR-8B-Chat",
+                  f"SDAR-8B-Chat, Qwen3-8B turned block diffusion; {_SDAR_WHERE}", SDAR, SDAR_PRESETS),
+        ModelSpec("sdar-4b", "sdar", "JetLM/SDAR-4B-Chat",
+                  f"SDAR-4B-Chat, Qwen3-4B turned block diffusion; {_SDAR_WHERE}", SDAR, SDAR_PRESETS),
+        ModelSpec("sdar-1.7b", "sdar", "JetLM/SDAR-1.7B-Chat",
+                  f"SDAR-1.7B-Chat, Qwen3-1.7B turned block diffusion; {_SDAR_WHERE}", SDAR, SDAR_PRESETS),
+        ModelSpec("trado-8b", "sdar", "Gen-Verse/TraDo-8B-Instruct",
+                  f"TraDo-8B-Instruct, SDAR-8B-Chat after RL (TraceRL): {_TRADO_WHERE}", TRADO, TRADO_PRESETS),
+        ModelSpec("trado-4b", "sdar", "Gen-Verse/TraDo-4B-Instruct",
+                  f"TraDo-4B-Instruct, SDAR-4B-Chat after RL (TraceRL): {_TRADO_WHERE}", TRADO, TRADO_PRESETS),
+        ModelSpec("fastdllm-v2-7b", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_7B",
+                  f"Fast-dLLM v2 7B, Qwen2.5-7B-Instruct turned block diffusion; {_FASTDLLM_V2_WHERE}", FASTDLLM_V2,
+                  FASTDLLM_V2_PRESETS),
+        ModelSpec("fastdllm-v2-1.5b", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
+                  f"Fast-dLLM v2 1.5B, Qwen2.5-1.5B-Instruct turned block diffusion; {_FASTDLLM_V2_WHERE}",
+                  FASTDLLM_V2, FASTDLLM_V2_PRESETS),
+        ModelSpec("tiny-sdar", "sdar", "tiny-sdar",
+                  "offline: random tiny SDAR with a local tokenizer (SDAR's defaults)", SDAR, SDAR_PRESETS),
+        ModelSpec("tiny-fastdllm-v2", "fastdllm-v2", "tiny-fastdllm-v2",
+                  "offline: random tiny Fast-dLLM v2 with a local tokenizer (its defaults)", FASTDLLM_V2,
+                  FASTDLLM_V2_PRESETS),
+        ModelSpec("llada2-mini", "llada2", "inclusionAI/LLaDA2.0-mini",
+                  f"LLaDA2.0-mini (16B MoE, 1.4B active), block diffusion; {_LLADA2_WHERE}", LLADA2, LLADA2_PRESETS),
+        ModelSpec("llada2.1-mini", "llada2", "inclusionAI/LLaDA2.1-mini",
+                  f"LLaDA2.1-mini WITHOUT its token editing (no published code for it was read); {_LLADA2_WHERE}",
+                  LLADA2, LLADA2_PRESETS),
+        ModelSpec("tiny-llada2", "llada2", "tiny-llada2",
+                  "offline: random tiny LLaDA2 MoE with a local tokenizer (LLaDA2's defaults)", LLADA2, LLADA2_PRESETS),
+        # DiffusionGemma's options default to the release's generation_config.json (docs/decoders.md §8); it always
+        # samples, each call seeded from its rows' own seeds.
+        ModelSpec("diffusiongemma", "diffusiongemma", "google/diffusiongemma-26B-A4B-it",
+                  "DiffusionGemma-26B-A4B-it: uniform-state block diffusion on canvases of 256, transformers' own "
+                  "generate, sampled (the release's schedule: 48 steps, T 0.8 -> 0.4, entropy bound 0.1)"),
+        ModelSpec("tiny-diffusiongemma", "diffusiongemma", "tiny-diffusiongemma",
+                  "offline: random tiny DiffusionGemma (canvas 16) with a local Gemma-4-style tokenizer"),
     ]
 }
 

@@ -23,7 +23,8 @@ import torch
 
 from harness.files import cache_root  # a leaf: tiny models and evalplus ground truth share one cache root
 from models.real_tokenizer import REFUSION_ADDED_TOKENS, fetch_tokenizer, write_tokenizer_files
-from models.tokenizer import (DREAM_TOKENIZER, FASTDLLM_V2_TOKENIZER, GEMMA4_TOKENIZER, LLADA_TOKENIZER,
+from models.tokenizer import (DREAM_TOKENIZER, FASTDLLM_V2_TOKENIZER, GEMMA4_TOKENIZER, LLADA2_TOKENIZER,
+                              LLADA_TOKENIZER,
                               QWEN3_TOKENIZER, REFUSION_TOKENIZER, SDAR_TOKENIZER, TokenizerSpec, build_tokenizer)
 
 FORMAT_VERSION = "2"  # bumped when a recipe changes, so no cached copy of the old one is read
@@ -163,6 +164,17 @@ def _write_fastdllm_v2(folder: Path, tokenizer, seed: int) -> None:
     _write_generation_config(folder, tokenizer, "<|endoftext|>", ["<|im_end|>", "<|endoftext|>"], "<|im_end|>")
 
 
+def _write_llada2(folder: Path, tokenizer, seed: int) -> None:
+    """LLaDA2.0-mini's layout (LLaDA2MoeModelLM, model_type llada2_moe) at tiny size; text ends at <|endoftext|>,
+    masks are <|mask|>, as the published generate's eos_id / mask_id."""
+    from models.networks.llada2 import tiny_llada2_config
+    from models.networks.loading import build_network, save_network
+
+    config = tiny_llada2_config(len(tokenizer) + 1)  # one more row: the published embedding's padding id
+    save_network(build_network(config, seed=seed), folder)
+    _write_generation_config(folder, tokenizer, "<|startoftext|>", ["<|endoftext|>"], "<|endoftext|>")
+
+
 def _write_dream(folder: Path, tokenizer, seed: int) -> None:
     from models.networks.dream import tiny_dream_config
     from models.networks.loading import build_network, save_network
@@ -212,6 +224,7 @@ TINY_MODELS: dict[str, TinyModel] = {
     "tiny-sdar-realtok": TinyModel("tiny-sdar-realtok", None, _write_sdar_realtok,
                                    write_tokenizer=_real_sdar_tokenizer),
     "tiny-fastdllm-v2": TinyModel("tiny-fastdllm-v2", FASTDLLM_V2_TOKENIZER, _write_fastdllm_v2),
+    "tiny-llada2": TinyModel("tiny-llada2", LLADA2_TOKENIZER, _write_llada2),
     "tiny-diffusiongemma": TinyModel("tiny-diffusiongemma", GEMMA4_TOKENIZER, _write_diffusion_gemma),
 }
 

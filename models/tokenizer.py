@@ -199,3 +199,26 @@ GEMMA4_TOKENIZER = TokenizerSpec(
     bos_token="<bos>",
     chat_template=GEMMA4_CHAT_TEMPLATE,
 )
+
+# LLaDA2 (Ling 2.0's tokenizer): <|endoftext|> ends the text (156892 in the release, the published generate's
+# eos_id), <|mask|> is the mask (156895), a turn ends at <|role_end|>. The template: role tags around each turn, a
+# default system turn "detailed thinking off", the generation prompt <role>ASSISTANT</role>.
+LLADA2_CHAT_TEMPLATE = (
+    "{%- if not messages or messages[0]['role'] != 'system' -%}"
+    "<role>SYSTEM</role>detailed thinking off<|role_end|>{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role = {'system': 'SYSTEM', 'user': 'HUMAN', 'assistant': 'ASSISTANT'}[message['role']] -%}"
+    "<role>{{ role }}</role>{{ message['content'] }}"
+    "{%- if not (loop.last and message['role'] == 'assistant') -%}<|role_end|>{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<role>ASSISTANT</role>{%- endif -%}"
+)
+
+LLADA2_TOKENIZER = TokenizerSpec(
+    special_tokens=("<|startoftext|>", "<|endoftext|>", "<|role_end|>", "<|mask|>"),
+    eos_token="<|endoftext|>",
+    pad_token="<|endoftext|>",
+    mask_token="<|mask|>",
+    bos_token="<|startoftext|>",
+    chat_template=LLADA2_CHAT_TEMPLATE,
+)

@@ -23,7 +23,7 @@ from reports import figures
 from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
 from reports.report_data import ReportData, gather
-from reports.published import SOURCE, PublishedCell, published_table
+from reports.published import SOURCE, PublishedCell
 from reports.tables import (MANIFEST_COLUMNS, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
                             published_frame, published_reference_frame, speed_frame, write_tables)
 
@@ -39,8 +39,11 @@ class TableView:
 
 
 @dataclass(frozen=True)
-class PublishedRow:
+class PublishedView:
+    """A published row under its measured one: its cells in the report's task order, and their average."""
+
     row: str
+    source: str
     cells: tuple[PublishedCell | None, ...]
     average: PublishedCell | None
 
@@ -67,21 +70,18 @@ def table_view(frame: pd.DataFrame, digits: int = 2) -> TableView:
     return TableView(tuple(str(c) for c in frame.columns), rows)
 
 
-def published_rows(data: ReportData) -> dict[str, PublishedRow | None]:
-    """For each measured row that maps to the paper, the paper's cells for the same task columns."""
-    table = published_table()
-    out: dict[str, PublishedRow | None] = {}
+def published_rows(data: ReportData) -> dict[str, PublishedView | None]:
+    """For each measured row that has a published row, that row's cells for the same task columns."""
+    out: dict[str, PublishedView | None] = {}
     for grid_row in paper_grid(data):
-        if grid_row.published_row is None:
-            out[grid_row.label] = None
-            continue
-        paper = table[grid_row.published_row]
-        cells = tuple(paper.get(data.paper_columns.get(t) or "") for t in data.tasks)
+        published = grid_row.published_row
+        cells = () if published is None else tuple(published.cells.get(data.paper_columns.get(t) or "")
+                                                    for t in data.tasks)
         present = [c for c in cells if c is not None]
         average = (PublishedCell(mean_or_none([c.accuracy for c in present]),  # type: ignore[arg-type]
-                                 mean_or_none([c.tokens_per_second for c in present]))  # type: ignore[arg-type]
+                                 mean_or_none([c.tokens_per_second for c in present]))
                    if present else None)
-        out[grid_row.label] = PublishedRow(grid_row.published_row, cells, average) if present else None
+        out[grid_row.label] = PublishedView(published.label, published.source, cells, average) if present else None
     return out
 
 

@@ -1,6 +1,10 @@
-"""The ReFusion paper's published Table 1 (arXiv 2512.13586), and which results map onto its rows and columns.
+"""Published figures: the ReFusion paper's Table 1 (arXiv 2512.13586), and each other family's own paper or README
+(SDAR, TraDo, Fast-dLLM v2), with which results map onto their rows and columns.
 
 These are the authors' figures on their hardware; the report shows them beside measured numbers, labelled as such.
+A ReFusion row is found by the decoder kind and checkpoint a result records; a family row by the registry name, and
+only when the recorded kind, checkpoint and (TraDo) remasking rule are the row's. A family cell whose benchmark is
+not the harness's task (MMLU beside MMLU-Pro, MATH500 beside MATH) carries a note that the report shows with it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ PUBLISHED_AVERAGE = {
 @dataclass(frozen=True)
 class PublishedCell:
     accuracy: float  # percent
-    tokens_per_second: float
+    tokens_per_second: float | None = None  # None where the source gives no speed
+    note: str | None = None  # where the published benchmark differs from the harness's task
 
 
 def published_table() -> dict[str, dict[str, PublishedCell]]:
@@ -60,10 +65,94 @@ PAPER_ROWS = {
 }
 
 
+@dataclass(frozen=True)
+class PublishedRow:
+    """One published row as the report shows it: its label, where it comes from, and its cells by column."""
+
+    label: str
+    source: str
+    cells: dict[str, PublishedCell]
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """A model's figures in its own paper or README, shown beside the registry entries named in ``FAMILY_ROWS``."""
+
+    label: str
+    kind: str  # the adapter kind the result must record
+    ref: str  # the checkpoint it must record
+    source: str
+    scores: str  # one number (accuracy %) per column of ``layout``
+    layout: tuple[tuple[str, str | None], ...]  # (column, note: where the source's benchmark is not the task, or
+    # what else it reports for it)
+    decoding: tuple[tuple[str, Any], ...] = ()  # decoding options the result must record (TraDo: the rule)
+
+    def cells(self) -> dict[str, PublishedCell]:
+        values = zip(self.layout, self.scores.split(), strict=True)
+        return {column: PublishedCell(float(score), note=note) for (column, note), score in values}
+
+
+SDAR_SOURCE = "SDAR paper (arXiv 2510.06303), Table 1"
+TRADO_SOURCE = "TraDo paper (arXiv 2509.06949)"
+FASTDLLM_V2_SOURCE = "Fast-dLLM v2 README (NVlabs/Fast-dLLM, v2/)"
+_MMLU = "MMLU, not MMLU-Pro"
+_MATH500 = "MATH500, not the whole MATH test"
+_SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("MATH", _MATH500), ("HumanEval", None), ("MBPP", None))
+_TRADO_LAYOUT = (("GSM8K", None), ("MATH", _MATH500))
+_FASTDLLM_V2_LAYOUT = (("HumanEval", None), ("MBPP", None), ("GSM8K", None), ("MATH", None),
+                       ("MMLU-Pro", "MMLU, not MMLU-Pro, and scored by log-likelihood, not generated"), ("GPQA", None))
+_FASTDLLM_V2_7B_LAYOUT = (("HumanEval", "HumanEval; HumanEval+ is 58.5"), ("MBPP", "MBPP; MBPP+ is 52.3"),
+                          *_FASTDLLM_V2_LAYOUT[2:])
+_STATIC = (("remasking", "low_confidence_static"),)
+_DYNAMIC = (("remasking", "low_confidence_dynamic"),)
+
+# registry name -> its published rows (the first whose recorded decoding matches is shown).
+FAMILY_ROWS: dict[str, tuple[FamilyRow, ...]] = {
+    "sdar-8b": (FamilyRow("SDAR-8B-Chat", "sdar", "JetLM/SDAR-8B-Chat", SDAR_SOURCE, "78.6 91.3 78.6 78.7 72.0",
+                          _SDAR_LAYOUT),),
+    "sdar-4b": (FamilyRow("SDAR-4B-Chat", "sdar", "JetLM/SDAR-4B-Chat", SDAR_SOURCE, "74.9 89.9 72.8 72.0 65.4",
+                          _SDAR_LAYOUT),),
+    "trado-8b": (
+        FamilyRow("TraDo-8B-Instruct (dynamic)", "sdar", "Gen-Verse/TraDo-8B-Instruct", TRADO_SOURCE, "91.2 75.5",
+                  _TRADO_LAYOUT, _DYNAMIC),
+        FamilyRow("TraDo-8B-Instruct (static)", "sdar", "Gen-Verse/TraDo-8B-Instruct", TRADO_SOURCE, "92.3 78.5",
+                  _TRADO_LAYOUT, _STATIC),
+    ),
+    "fastdllm-v2-7b": (FamilyRow("Fast-dLLM v2 7B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_7B",
+                                 FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT),),
+    "fastdllm-v2-1.5b": (FamilyRow("Fast-dLLM v2 1.5B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
+                                   FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT),),
+}
+
+
+def _recorded(manifest: dict[str, Any]) -> tuple[str | None, str | None, dict[str, Any]]:
+    """The decoder kind, checkpoint and decoding options a result's manifest records."""
+    return (manifest.get("model") or {}).get("kind"), manifest.get("model_ref"), manifest.get("decoding") or {}
+
+
+def family_row(manifest: dict[str, Any]) -> FamilyRow | None:
+    """The family row of a result's registry name, when its kind, checkpoint and decoding are the row's."""
+    kind, ref, decoding = _recorded(manifest)
+    for row in FAMILY_ROWS.get((manifest.get("model") or {}).get("name"), ()):
+        if (row.kind, row.ref) == (kind, ref) and all(decoding.get(k) == v for k, v in row.decoding):
+            return row
+    return None
+
+
+def published_row(manifest: dict[str, Any]) -> PublishedRow | None:
+    """The published row shown beside a result: the ReFusion paper's (by kind and checkpoint) or its family's."""
+    kind, ref, _ = _recorded(manifest)
+    paper = PAPER_ROWS.get((kind, ref))
+    if paper is not None:
+        return PublishedRow(paper, SOURCE, published_table()[paper])
+    family = family_row(manifest)
+    return None if family is None else PublishedRow(family.label, family.source, family.cells())
+
+
 def paper_row(manifest: dict[str, Any]) -> str | None:
-    """The paper's row for a result, from the decoder kind and checkpoint its manifest records; None otherwise."""
-    kind = (manifest.get("model") or {}).get("kind")
-    return PAPER_ROWS.get((kind, manifest.get("model_ref")))
+    """The label of the published row for a result, from what its manifest records; None otherwise."""
+    row = published_row(manifest)
+    return None if row is None else row.label
 
 
 def paper_column(manifest: dict[str, Any]) -> str | None:

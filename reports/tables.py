@@ -17,7 +17,7 @@ import pandas as pd
 from harness.run.compare import MODEL_FIELDS, TASK_FIELDS
 from harness.run.folder import RunFolder
 from reports.report_data import Cell, ReportData
-from reports.published import COLUMNS, SOURCE, PublishedCell, paper_row, published_table
+from reports.published import COLUMNS, SOURCE, PublishedRow, published_row, published_table
 
 
 def pct(value: float | None) -> float | None:
@@ -51,7 +51,7 @@ class GridRow:
     cells: tuple[GridCell | None, ...]  # one per task, None where the model did not run it
     average: GridCell
     tasks_in_average: int
-    published_row: str | None
+    published_row: PublishedRow | None
 
 
 def grid_cell(cell: Cell) -> GridCell:
@@ -68,8 +68,7 @@ def paper_grid(data: ReportData) -> list[GridRow]:
         average = GridCell(mean_or_none([c.accuracy for c in present]),
                            None, None, mean_or_none([c.tokens_per_second for c in present]))
         first = next(c for c in data.cells if c.label == label)
-        published = paper_row(first.manifest)
-        rows.append(GridRow(label, cells, average, len(present), published))
+        rows.append(GridRow(label, cells, average, len(present), published_row(first.manifest)))
     return rows
 
 
@@ -156,22 +155,23 @@ def diagnostics_frame(data: ReportData) -> pd.DataFrame:
 # --- published beside measured ----------------------------------------------------------------------------------------
 
 PUBLISHED_COLUMNS = ("model", "task", "published row", "n", "measured accuracy %", "published accuracy %",
-                     "measured tokens/s", "published tokens/s")
+                     "measured tokens/s", "published tokens/s", "published benchmark", "source")
 
 
 def published_frame(data: ReportData) -> pd.DataFrame:
-    """Measured cells of models and tasks the paper has, beside the paper's published figures for them."""
-    table = published_table()
+    """Measured cells of models and tasks a published row has, beside its figures for them; "published benchmark"
+    says where the source's benchmark is not the task measured here."""
     records = []
     for c in data.cells:
-        row, column = paper_row(c.manifest), data.paper_columns.get(c.task)
-        if row is None or column is None:
+        row, column = published_row(c.manifest), data.paper_columns.get(c.task)
+        published = None if row is None or column is None else row.cells.get(column)
+        if published is None:
             continue
-        published: PublishedCell = table[row][column]
         records.append({
-            "model": c.label, "task": c.task, "published row": row, "n": c.n,
+            "model": c.label, "task": c.task, "published row": row.label, "n": c.n,
             "measured accuracy %": pct(c.value), "published accuracy %": published.accuracy,
             "measured tokens/s": c.tokens_per_second, "published tokens/s": published.tokens_per_second,
+            "published benchmark": published.note or "same", "source": row.source,
         })
     return pd.DataFrame(records, columns=PUBLISHED_COLUMNS)
 
@@ -268,9 +268,10 @@ def markdown_report(data: ReportData) -> str:
     parts += ["## Speed", "", markdown_table(speed_frame(data)), ""]
     parts += ["## Diagnostics (rates in %)", "", markdown_table(diagnostics_frame(data)), ""]
     published = published_frame(data)
-    parts += [f"## Published figures beside measured ({SOURCE})", "",
-              markdown_table(published) if not published.empty else "_No measured model maps to a paper row._", ""]
-    parts += ["## Published table (paper, not measured here)", "", markdown_table(published_reference_frame()), ""]
+    parts += ["## Published figures beside measured (each row's source; not measured here)", "",
+              markdown_table(published) if not published.empty else "_No measured model maps to a published row._",
+              ""]
+    parts += [f"## Published table ({SOURCE}; not measured here)", "", markdown_table(published_reference_frame()), ""]
     return "\n".join(parts)
 
 

@@ -266,3 +266,15 @@ class DreamFastDLLMLM(HarnessLM):
 
 class Qwen3LM(HarnessLM):
     default_model = "qwen3"
+
+
+class SDARLM(HarnessLM):
+    default_model = "sdar-8b"
+
+
+class TraDoLM(HarnessLM):
+    default_model = "trado-8b"
+
+
+class FastDLLMv2LM(HarnessLM):
+    default_model = "fastdllm-v2-7b"

@@ -61,7 +61,7 @@ def attribute(model: TokenCost, baseline: TokenCost) -> tuple[float, float | Non
     if model.forwards is None or baseline.forwards is None:
         return ratio, None, None, None, NO_FORWARDS
     forwards = baseline.forwards / model.forwards
-    if model.forward_seconds is None or baseline.forward_seconds is None:
+    if not model.forward_seconds or not baseline.forward_seconds:  # unmeasured, or no time seen inside forwards
         return ratio, forwards, ratio / forwards, None, NO_INSIDE
     per_forward = (baseline.forward_seconds / baseline.forwards) / (model.forward_seconds / model.forwards)
     outside = (model.forward_seconds / model.seconds) / (baseline.forward_seconds / baseline.seconds)

@@ -9,7 +9,7 @@ caller's final synchronise; on CPU the wall clock is read directly.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -17,8 +17,9 @@ import torch
 class ForwardTimer:
     """Context manager: ``seconds()`` and ``calls`` after exit. Read ``seconds()`` only once the device is idle."""
 
-    def __init__(self, network: torch.nn.Module, device: torch.device):
+    def __init__(self, network: torch.nn.Module | Sequence[torch.nn.Module], device: torch.device):
         self.network = network
+        self.modules = (network,) if isinstance(network, torch.nn.Module) else tuple(network)
         self.cuda = device.type == "cuda"
         self.calls = 0
         self._cpu_seconds = 0.0
@@ -44,8 +45,9 @@ class ForwardTimer:
             self._cpu_seconds += time.perf_counter() - self._started
 
     def __enter__(self) -> "ForwardTimer":
-        self._handles = [self.network.register_forward_pre_hook(self._before),
-                         self.network.register_forward_hook(self._after)]
+        self._handles = [handle for module in self.modules
+                         for handle in (module.register_forward_pre_hook(self._before),
+                                        module.register_forward_hook(self._after))]
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -59,10 +61,11 @@ class ForwardTimer:
         return sum(start.elapsed_time(end) for start, end in self._events if end is not None) / 1000.0
 
 
-def timed_network(adapter: Any, config: Any) -> torch.nn.Module | None:
+def timed_network(adapter: Any, config: Any) -> torch.nn.Module | tuple[torch.nn.Module, ...] | None:
     """The network ``config`` decodes on, when the adapter runs one in this process (an engine-served model has
-    none); an adapter with runtime options (ReFusion's native or transformers network) picks it by them."""
+    none); an adapter with runtime options (ReFusion's native or transformers network) picks it by them. An adapter
+    whose network's calls are submodule calls gives those modules (``forward_modules``); they never nest."""
     if not hasattr(type(adapter), "network"):
         return None
     network = adapter.network_for(config.runtime)
-    return network if isinstance(network, torch.nn.Module) else None
+    return adapter.forward_modules(network) if isinstance(network, torch.nn.Module) else None

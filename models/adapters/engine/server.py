@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -124,14 +125,33 @@ def launch(plan: LaunchPlan, name: str) -> RunningServer:
         status = server.exit_status()
         if status is not None:
             server.stop()
-            raise EngineError(f"{name}: the engine server exited with status {status} before it became healthy; "
-                              f"{server.where()} (is vllm installed for that Python?)")
+            why = refusal(plan.log_path)
+            hint = f": {why}; {server.where()}" if why else f"; {server.where()} (is vllm installed for that Python?)"
+            raise EngineError(f"{name}: the engine server exited with status {status} before it became healthy{hint}")
         if is_healthy(plan.base_url):
             return server
         time.sleep(1.0)
     server.stop()
     raise EngineError(f"{name}: the engine server did not become healthy within {plan.startup_timeout_s:.0f} s; "
                       f"{server.where()} (raise startup_timeout_s if it is still loading)")
+
+
+# What a refusal looks like in a server log: a Python exception, argparse's "error: ", pydantic's "Value error, ".
+_REFUSAL = re.compile(r"\b(?:[A-Z]\w*(?:Error|Exception): |error: |Value error, ).+")
+REFUSAL_CHARS = 300
+
+
+def refusal(log_path: Path) -> str | None:
+    """Why a server that exited refused to start, for the one-line error: the last error its latest launch wrote to
+    the log (warnings left out, pydantic's trailing ``[type=...]`` cut), at most ``REFUSAL_CHARS``; None if none."""
+    try:
+        text = log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    launch = text.rsplit("\n=== ", 1)[-1]  # launch() opens each launch's part with a "=== <time> launch:" line
+    found = [m.group(0).split(" [type=")[0].strip() for line in launch.splitlines()
+             if " WARNING " not in line and (m := _REFUSAL.search(line))]
+    return found[-1][:REFUSAL_CHARS] if found else None
 
 
 def attach(base_url: str, name: str) -> RunningServer:

@@ -23,7 +23,8 @@ from models.registry import MODELS  # noqa: E402
 
 TASK = "gsm8k_cot_local"  # as in conftest.py
 GEN_LENGTH = 16
-NAMES = {"dllm-harness", "refusion", "llada", "dream", "llada-fastdllm", "dream-fastdllm", "qwen3-harness"}
+NAMES = {"dllm-harness", "refusion", "llada", "dream", "llada-fastdllm", "dream-fastdllm", "qwen3-harness", "sdar",
+         "trado", "fastdllm-v2"}
 
 
 def test_entry_points_reach_lm_evals_registry():

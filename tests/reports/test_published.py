@@ -1,0 +1,65 @@
+"""The block-diffusion families' published figures in the report: found by registry name, each cell with its source,
+and a visible note wherever the source's benchmark is not the task measured here."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from reports.html import write_report
+from reports.published import FAMILY_ROWS, paper_row
+
+SDAR_REF = "JetLM/SDAR-8B-Chat"
+TRADO_REF = "Gen-Verse/TraDo-8B-Instruct"
+
+
+def family_run(rf, folder):
+    """sdar-8b on MMLU-Pro (published: MMLU) and GSM8K, and trado-8b decoded with the static rule."""
+    static = {"remasking": "low_confidence_static", "temperature": 0.0}
+    return rf.write_run(folder, [
+        rf.Entry("sdar-8b", "mmlu_pro", rf.samples([1.0, 0.0]), model_ref=SDAR_REF, kind="sdar"),
+        rf.Entry("sdar-8b", "gsm8k", rf.samples([1.0, 1.0]), model_ref=SDAR_REF, kind="sdar"),
+        rf.Entry("trado-8b", "math", rf.samples([1.0, 0.0]), model_ref=TRADO_REF, kind="sdar", decoding=static),
+    ])
+
+
+def test_family_figures_sit_beside_the_measured_ones_with_their_notes(tmp_path, rf):
+    html = write_report([family_run(rf, tmp_path / "run")], tmp_path / "out").read_text(encoding="utf-8")
+    published = pd.read_csv(tmp_path / "out" / "report_published.csv").set_index(["model", "task"])
+    mmlu, gsm8k = published.loc[("sdar-8b", "mmlu_pro")], published.loc[("sdar-8b", "gsm8k")]
+    assert (mmlu["published row"], mmlu["published accuracy %"]) == ("SDAR-8B-Chat", pytest.approx(78.6))
+    assert mmlu["published benchmark"] == "MMLU, not MMLU-Pro" and gsm8k["published benchmark"] == "same"
+    assert mmlu["source"].startswith("SDAR paper (arXiv 2510.06303)") and pd.isna(mmlu["published tokens/s"])
+    math = published.loc[("trado-8b", "math")]  # the static row, since the run recorded the static rule
+    assert (math["published row"], math["published accuracy %"]) == ("TraDo-8B-Instruct (static)",
+                                                                     pytest.approx(78.5))
+    assert math["published benchmark"] == "MATH500, not the whole MATH test"
+    # The paper-style table: the published row under the measured one, its source and the note in the cell.
+    assert "↳ SDAR-8B-Chat" in html and "↳ TraDo-8B-Instruct (static)" in html
+    assert '<div class="bench-note">MMLU, not MMLU-Pro</div>' in html
+    assert '<div class="bench-note">MATH500, not the whole MATH test</div>' in html
+    assert "SDAR paper (arXiv 2510.06303), Table 1" in html
+    markdown = (tmp_path / "out" / "report_tables.md").read_text(encoding="utf-8")
+    assert "MMLU, not MMLU-Pro" in markdown and "TraDo paper (arXiv 2509.06949)" in markdown
+
+
+@pytest.mark.parametrize("manifest", [
+    {"model": {"kind": "sdar", "name": "tiny-sdar"}, "model_ref": "tiny-sdar"},  # not a published checkpoint
+    {"model": {"kind": "sdar", "name": "sdar-8b"}, "model_ref": "someone/SDAR-8B-Chat-fork"},  # another checkpoint
+    {"model": {"kind": "ar", "name": "sdar-8b"}, "model_ref": SDAR_REF},  # another decoder kind
+    {"model": {"kind": "sdar", "name": "trado-8b"}, "model_ref": TRADO_REF,
+     "decoding": {"remasking": "entropy_bounded"}},  # a rule the paper has no figures for
+])
+def test_a_family_row_needs_the_name_checkpoint_kind_and_rule(manifest):
+    assert paper_row(manifest) is None
+
+
+def test_every_family_row_has_a_source_and_marks_mmlu_as_not_mmlu_pro():
+    for rows in FAMILY_ROWS.values():
+        for row in rows:
+            cells = row.cells()
+            assert row.source and cells
+            notes = {column: cell.note for column, cell in cells.items() if cell.note}
+            assert set(notes) <= {"MMLU-Pro", "MATH", "HumanEval", "MBPP"}, row.label
+            if "MMLU-Pro" in cells:
+                assert cells["MMLU-Pro"].note.startswith("MMLU, not MMLU-Pro"), row.label
