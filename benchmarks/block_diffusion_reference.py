@@ -31,7 +31,8 @@ confidence_threshold, eb_threshold, stopping_criteria_idx), plus mask_id and see
 before each call); each prompt is decoded alone (the function is batch 1). Fast-dLLM v2 settings are
 ``batch_sample``'s (block_size, small_block_size, max_new_tokens, threshold, stop_token, mask_id, top_p, temperature)
 plus pad_id (the tokenizer's pad id it writes after a stop); the prompts are one batch, right-padded with the mask id
-as v2/eval.py pads them. ANSWERS.json: per case ``{"name", "runs": [{"tokens": [[ids after the prompt] per row],
+as v2/eval.py pads them. Any case may set max_forwards (default 1000): a decode that needs more is stopped and
+answered as an error (the published loops never end on a network that proposes the mask id). ANSWERS.json: per case ``{"name", "runs": [{"tokens": [[ids after the prompt] per row],
 "forwards": n, "overwrites": n, "max_logit_error": x, "trace": [[cached, width, writes, masks] per forward],
 "error": null or "Type: message (file:line)"}]}``; the tokens are the whole generated region, not cut at a stop.
 """
@@ -74,9 +75,14 @@ def additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(visible.shape, dtype=dtype).masked_fill(~visible, torch.finfo(dtype).min)
 
 
+class Stalled(RuntimeError):
+    """More forwards than the case allows: the published loop does not end (a network that proposes the mask id
+    keeps its masks forever)."""
+
+
 class Counter:
-    def __init__(self, inner: torch.nn.Module, check: bool) -> None:
-        self.inner, self.check = inner, check
+    def __init__(self, inner: torch.nn.Module, check: bool, block: int, mask_id: int, limit: int) -> None:
+        self.inner, self.check, self.block, self.mask_id, self.limit = inner, check, block, mask_id, limit
         self.forwards, self.overwrites, self.max_error = 0, 0, 0.0
         self.trace: list[list[int]] = []  # per forward: [cached entries, width fed, 1 if it writes, masks fed]
 
@@ -86,6 +92,11 @@ class Counter:
 
     def eval(self) -> "Counter":
         return self
+
+    def count(self) -> None:
+        self.forwards += 1
+        if self.forwards > self.limit:
+            raise Stalled(f"more than {self.limit} forwards: the published loop does not end")
 
     def recompute(self, ids: torch.Tensor, positions: torch.Tensor, block: int, logits: torch.Tensor) -> None:
         """Compare the last logits.shape[1] outputs with a cache-free forward of ``ids`` under the block-causal
@@ -99,16 +110,15 @@ class Counter:
 class SdarStandIn(Counter):
     """``modeling_sdar.py``'s contract on transformers' Qwen3 (module docstring)."""
 
-    def __init__(self, inner: torch.nn.Module, check: bool, block: int) -> None:
-        super().__init__(inner, check)
-        self.block = block
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
         self.stored_ids = torch.zeros((1, 0), dtype=torch.long)
         self.stored_positions = torch.zeros((1, 0), dtype=torch.long)
         self.previous: tuple[int, torch.Tensor] | None = None  # (first position, ids) of the last forward
 
     def __call__(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None, use_cache=True,
                  store_kv=False):
-        self.forwards += 1
+        self.count()
         start = int(position_ids[0, 0])
         if self.previous is not None and self.previous[0] == start and self.previous[1].shape == input_ids.shape:
             before = self.previous[1]
@@ -135,9 +145,8 @@ class SdarStandIn(Counter):
 class FastDllmV2StandIn(Counter):
     """``modeling.py``'s contract on transformers' Qwen2 (module docstring); ``batch_sample`` is bound to it."""
 
-    def __init__(self, inner: torch.nn.Module, check: bool, block: int) -> None:
-        super().__init__(inner, check)
-        self.block = block
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
         self.stored_ids: torch.Tensor | None = None  # [B, n]: the tokens the cache holds, row by row
         self.snapshot: torch.Tensor | None = None  # layer 0's keys after the last write, to follow removed rows
 
@@ -160,7 +169,7 @@ class FastDllmV2StandIn(Counter):
 
         if unused:
             raise TypeError(f"the stand-in does not implement {sorted(unused)}")
-        self.forwards += 1
+        self.count()
         cache = past_key_values if past_key_values is not None else DynamicCache()
         cached = cache.get_seq_length()
         batch, width = input_ids.shape
@@ -228,8 +237,7 @@ def run_sdar(published, inner, case: dict, checkout: Path, check: bool) -> list[
     runs = []
     options = {k: case[k] for k in SDAR_ARGS if k in case}
     for prompt in case["prompts"]:
-        model = SdarStandIn(inner, check, case["block_length"])
-        model.mask_id = case["mask_id"]
+        model = SdarStandIn(inner, check, case["block_length"], case["mask_id"], case.get("max_forwards", 1000))
         ids = torch.tensor([prompt], dtype=torch.long)
         run = {"tokens": None, "error": None}
         try:
@@ -249,8 +257,7 @@ def run_fastdllm_v2(published, inner, case: dict, checkout: Path, check: bool) -
     width = max(map(len, prompts))
     ids = torch.tensor([p + [mask_id] * (width - len(p)) for p in prompts], dtype=torch.long)
     seq_len = torch.tensor([len(p) for p in prompts])
-    model = FastDllmV2StandIn(inner, check, case["block_size"])
-    model.mask_id = mask_id
+    model = FastDllmV2StandIn(inner, check, case["block_size"], mask_id, case.get("max_forwards", 1000))
     sample = types.MethodType(published, model)
     tokenizer = types.SimpleNamespace(pad_token_id=case.get("pad_id", 0))
     run = {"tokens": None, "error": None}

@@ -23,7 +23,8 @@ Targets (printed as PASS/FAIL):
 LLaDA and Dream, plain and with Fast-dLLM's prefix cache, dual cache and threshold (block 32), run as further rows
 at ``--diffusion-canvas`` (512) on native networks of the same size, compared with the same AR baseline; so do the
 block-diffusion rows, SDAR/TraDo on the native Qwen3 network and Fast-dLLM v2 on the native Qwen2 one, at batch 1
-and at batch 8 (the prompt and seven rotations of it, decoded together), whose ratio is printed. On the CPU
+and at batch 8 (the prompt and seven rotations of it, decoded together), whose ratio is printed; and DiffusionGemma
+(tiny-diffusiongemma through transformers' own generate and its adapter) at batch 1 and 8. On the CPU
 the script runs one torch thread, so other load on the machine moves both sides of each share alike.
 """
 
@@ -38,12 +39,14 @@ from typing import Callable
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from diffusion_gemma_speed import diffusion_gemma_speed, print_rows
 from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.clock import timed
 from models.decoders.ar import ARConfig, ar_generate
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
+from models.networks.llada2 import tiny_llada2_config
 from models.networks.loading import build_network
 from models.networks.qwen3 import Qwen3NetworkConfig
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
@@ -178,12 +181,21 @@ BLOCK_FAMILIES = {  # row name -> (network kind, decoder settings), the registry
                                                   logit_shift=True, first_token_from_commit=True,
                                                   commit_finished_block=False)),
 }
+BLOCK_FAMILIES["llada2"] = ("llada2", BlockDiffusionConfig(block_length=32, denoising_steps=32, temperature=0,
+                                                           remasking="low_confidence_dynamic",
+                                                           confidence_threshold=0.95, fused_commit=True,
+                                                           eos_early_stop=True))
 BLOCK_BATCH = 8
 
 
 def build_block_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
-    """A random native Qwen3 (SDAR's layout) or Qwen2 (Fast-dLLM v2's) network of the size of the ones above."""
-    if kind == "qwen3":
+    """A random native Qwen3 (SDAR's layout), Qwen2 (Fast-dLLM v2's) or LLaDA2 MoE network of the size of the ones
+    above (the MoE: the tiny recipe's 8 experts, top 2 of 2 groups, its experts a quarter as wide)."""
+    if kind == "llada2":
+        config = dataclasses.replace(tiny_llada2_config(args.vocab), hidden_size=args.hidden,
+                                     num_hidden_layers=args.layers, intermediate_size=3 * args.hidden,
+                                     moe_intermediate_size=3 * args.hidden // 4, head_dim=args.hidden // 4)
+    elif kind == "qwen3":
         config = Qwen3NetworkConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
                                     num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
                                     head_dim=args.hidden // 4)
@@ -205,6 +217,31 @@ def block_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
 
     return [row(name, cfg, batch) for name, (network, cfg) in BLOCK_FAMILIES.items() if network == kind
             for batch in (1, BLOCK_BATCH)]
+
+
+@torch.inference_mode()
+def print_moe_cost(network: torch.nn.Module, args: argparse.Namespace) -> None:
+    """The MoE network's cost per token fed: one 32-token block peeked against a cache of the diffusion canvas, at
+    batch 1 and 8, in interleaved rounds (median, min-max)."""
+    block, context = 32, args.diffusion_canvas
+    seconds: dict[int, list[float]] = {1: [], BLOCK_BATCH: []}
+    caches = {}
+    for batch in seconds:
+        ids = torch.randint(0, args.vocab - 1, (batch, context + block), generator=torch.Generator().manual_seed(7))
+        caches[batch] = (network.new_cache(batch, context + block), ids.to(args.device))
+        network.block_forward(caches[batch][1][:, :context], torch.arange(context, device=args.device)[None],
+                              caches[batch][0], block, True)
+    positions = torch.arange(context, context + block, device=args.device)[None]
+    for _ in range(max(3, args.rounds) + 1):
+        for batch, (cache, ids) in caches.items():
+            _, elapsed = timed(args.device, lambda: network.block_forward(ids[:, context:], positions, cache, block,
+                                                                          False))
+            seconds[batch].append(elapsed / (batch * block))
+    one, many = (statistics.median(v[1:]) for v in seconds.values())  # the first round warms up
+    span = {b: f"{1e6 * min(v[1:]):.1f}-{1e6 * max(v[1:]):.1f}" for b, v in seconds.items()}
+    print(f"INFO llada2 MoE forward, one {block}-token block against {context} cached: {1e6 * one:.1f} us per token at"
+          f" batch 1 [{span[1]}], {1e6 * many:.1f} at batch {BLOCK_BATCH} [{span[BLOCK_BATCH]}]: {one / many:.2f}x"
+          " cheaper per token")
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------
@@ -286,7 +323,7 @@ def print_targets(results: list[Measurement]) -> None:
         print(f"{verdict} refusion/{network} canvas 512: {m.outside_share:.1%} of decode time outside network forwards"
               f" (target < {OUTSIDE_SHARE_TARGET:.0%})")
     for m in results:
-        if m.network in ("llada", "dream", "qwen3", "qwen2"):
+        if m.network in ("llada", "dream", "qwen3", "qwen2", "llada2"):
             verdict = "PASS" if m.outside_share < DIFFUSION_OUTSIDE_TARGET else "FAIL"
             print(f"{verdict} {m.decoder} canvas {m.canvas}: {m.outside_share:.1%} of decode time outside network"
                   f" forwards (target < {DIFFUSION_OUTSIDE_TARGET:.0%})")
@@ -323,8 +360,9 @@ def main() -> None:
                         help="the ReFusion and AR rows' networks (none: only the diffusion rows)")
     parser.add_argument("--diffusion-canvas", type=int, default=512, help="canvas of the LLaDA/Dream rows (0: skip)")
     parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
-    parser.add_argument("--families", nargs="+", default=["llada", "dream", "block"],
-                        choices=["llada", "dream", "block"], help="which diffusion rows run at --diffusion-canvas")
+    parser.add_argument("--families", nargs="+", default=["llada", "dream", "block", "diffusiongemma"],
+                        choices=["llada", "dream", "block", "diffusiongemma"],
+                        help="which diffusion rows run at --diffusion-canvas")
     args = parser.parse_args()
     args.device = torch.device(args.device)
     args.dtype = DTYPES[args.dtype or ("bfloat16" if args.device.type == "cuda" else "float32")]
@@ -350,11 +388,19 @@ def main() -> None:
             network = build_tiny_diffusion(kind, args)
             results += measure(kind, network, diffusion_rows(kind, args), prompts, args.diffusion_canvas,
                                args.device, args.rounds)
-        for kind in ("qwen3", "qwen2") if "block" in args.families else ():
+        for kind in ("qwen3", "qwen2", "llada2") if "block" in args.families else ():
             results += measure(kind, build_block_network(kind, args), block_rows(kind, args), prompts,
                                args.diffusion_canvas, args.device, args.rounds)
     print_table(results, rows)
     print_targets(results)
+    if args.diffusion_canvas and "block" in args.families:
+        print_moe_cost(build_block_network("llada2", args), args)
+    if args.diffusion_canvas and "diffusiongemma" in args.families:
+        # transformers' own generate on tiny-diffusiongemma, timed through its adapter as a run times it (no target:
+        # most of its time outside forwards is transformers' sampler; docs/benchmarks.md)
+        print(f"diffusiongemma (tiny-diffusiongemma, transformers' generate) at canvas {args.diffusion_canvas}:")
+        print_rows(diffusion_gemma_speed(args.device, args.dtype, canvas=args.diffusion_canvas, batches=(1, 8),
+                                         prompts=8, rounds=args.rounds))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 (``modeling_llada2_moe.py``, dFactory ``models/llada2_moe/``) on a checkpoint in the released layout, batch 1.
 
 It runs with the reference environment's Python (benchmarks/llada2_reference.py: same stubs of VeOmni's imports,
-same loading checks; the checkpoint in fp32, generate's bf16 mask cast to fp32, exactly) and writes per case the generated ids (prompt removed) and the number of model forwards.
+same loading checks; the checkpoint in fp32, generate's bf16 mask cast to fp32, which is exact) and writes per case
+the generated ids (prompt removed) and the number of model forwards.
 ``torch.manual_seed(seed)`` precedes each case, so the file's multinomial draws come from the global generator seeded
 as the harness seeds its own. The file's early-stop return (``eos_early_stop``) holds the prompt and its normal
 return does not; the worker removes a leading prompt in the early-stop case only.
@@ -57,8 +58,10 @@ def main() -> None:
             out = model.generate(prompt, temperature=case["temperature"], block_length=case["block_length"],
                                  steps=case["steps"], gen_length=case["gen_length"], top_p=case["top_p"],
                                  top_k=case["top_k"], eos_early_stop=case["eos_early_stop"],
-                                 threshold=case["threshold"], eos_id=case["eos_id"], mask_id=case["mask_id"])[0].tolist()
-        early = case["eos_early_stop"] and len(out) > len(case["prompt"]) and out[:len(case["prompt"])] == case["prompt"]
+                                 threshold=case["threshold"], eos_id=case["eos_id"],
+                                 mask_id=case["mask_id"])[0].tolist()
+        n = len(case["prompt"])
+        early = case["eos_early_stop"] and len(out) > n and out[:n] == case["prompt"]
         results[case["name"]] = {"tokens": out[len(case["prompt"]):] if early else out, "forwards": forwards[0],
                                  "early_return": early}
     args.out.write_text(json.dumps(results))

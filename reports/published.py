@@ -95,6 +95,14 @@ class FamilyRow:
 SDAR_SOURCE = "SDAR paper (arXiv 2510.06303), Table 1"
 TRADO_SOURCE = "TraDo paper (arXiv 2509.06949)"
 FASTDLLM_V2_SOURCE = "Fast-dLLM v2 README (NVlabs/Fast-dLLM, v2/)"
+DIFFUSIONGEMMA_SOURCE = "DiffusionGemma model card figures, as quoted by secondary sources"
+LLADA2_SOURCE = "LLaDA2.0 report, Table 1 (T 0, block 32, threshold 0.95); Qwen3-8B (no think) from the same table"
+LLADA21_SOURCE = ("LLaDA2.1 report (S mode shown; Q mode in the notes; both with token editing, which the harness "
+                  "does not run); HumanEval+ 80.49 / 82.93 and MBPP+ 73.28 / 74.07 (S / Q) are not shown")
+_QWEN3_IN_LLADA2 = "Qwen3-8B (no think) in the same table: {}"
+_LLADA2_LAYOUT = tuple((column, _QWEN3_IN_LLADA2.format(qwen3)) for column, qwen3 in (
+    ("MMLU-Pro", "65.48"), ("ARC-C", "93.35"), ("GPQA", "46.59"), ("GSM8K", "93.63"), ("MATH", "86.28"),
+    ("HumanEval", "84.76"), ("MBPP", "78.92")))
 _MMLU = "MMLU, not MMLU-Pro"
 _MATH500 = "MATH500, not the whole MATH test"
 _SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("MATH", _MATH500), ("HumanEval", None), ("MBPP", None))
@@ -122,6 +130,13 @@ FAMILY_ROWS: dict[str, tuple[FamilyRow, ...]] = {
                                  FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT),),
     "fastdllm-v2-1.5b": (FamilyRow("Fast-dLLM v2 1.5B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
                                    FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT),),
+    "llada2-mini": (FamilyRow("LLaDA2.0-mini", "llada2", "inclusionAI/LLaDA2.0-mini", LLADA2_SOURCE,
+                              "63.22 93.56 47.98 94.24 93.22 86.59 81.50", _LLADA2_LAYOUT),),
+    "llada2.1-mini": (FamilyRow("LLaDA2.1-mini (S mode)", "llada2", "inclusionAI/LLaDA2.1-mini", LLADA21_SOURCE,
+                                "63.42 48.36", (("MMLU-Pro", "Q mode: 64.84"), ("GPQA", "Q mode: 53.28"))),),
+    "diffusiongemma": (FamilyRow("DiffusionGemma 26B-A4B-it", "diffusiongemma", "google/diffusiongemma-26B-A4B-it",
+                                 DIFFUSIONGEMMA_SOURCE, "77.6 73.2",
+                                 (("MMLU-Pro", None), ("GPQA", "GPQA-diamond, not GPQA main"))),),
 }
 
 

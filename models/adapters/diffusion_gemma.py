@@ -22,7 +22,7 @@ from models.decoders.diffusion_gemma import DIFFUSION_GEMMA, PassCounts, pass_mo
 
 @dataclass(frozen=True)
 class DiffusionGemmaGeneration(PassCounts, Generation):
-    pass
+    """A generation with its pass counts and seed, so they reach the store and the sample records."""
 
 
 class DiffusionGemmaAdapter(CausalLMAdapter):

@@ -156,7 +156,7 @@ class PassCounts:
 
 @dataclass(frozen=True)
 class DiffusionGemmaResult(PassCounts, DecodeResult):
-    pass
+    """A row as every decoder returns it, plus what the adapter records beside ``nfe``."""
 
 
 def row_steps(new_tokens: Sequence[int], pad_id: int | None, tokens_per_step: float) -> int | None:

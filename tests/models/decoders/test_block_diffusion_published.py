@@ -175,12 +175,13 @@ def reference_case(kind: str, c: Case, mask_id: int, eos: int | None, pad_id: in
     s = c.settings
     if kind == "sdar":
         return dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, seed=s.get("seed", 0),
+                    max_forwards=FORWARD_LIMIT,
                     gen_length=s["gen_length"], block_length=s["block_length"],
                     denoising_steps=s["denoising_steps"], temperature=s["temperature"], top_k=s.get("top_k", 0),
                     top_p=s.get("top_p", 1.0), remasking_strategy=s["remasking"],
                     confidence_threshold=s.get("confidence_threshold", 0.85),
                     eb_threshold=s.get("eb_threshold", 0.35), stopping_criteria_idx=None if eos is None else [eos])
-    return dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, pad_id=pad_id,
+    return dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, pad_id=pad_id, max_forwards=FORWARD_LIMIT,
                 block_size=s["block_length"], small_block_size=s["sub_block_length"],
                 max_new_tokens=v2_max_new_tokens(c), threshold=s["confidence_threshold"],
                 stop_token=NO_EOS if eos is None else eos, temperature=0.0, top_p=1.0)
