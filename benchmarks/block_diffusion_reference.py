@@ -2,11 +2,12 @@
 (JetAstra/SDAR ``generate.py`` ``block_diffusion_generate``; NVlabs/Fast-dLLM ``v2/generation_functions.py``
 ``batch_sample``) run unmodified on a stand-in for the checkpoint's remote modeling file.
 
-It runs with the Python of a reference environment (torch and transformers 4.52.4; docs/benchmarks.md), never this
-project's: it imports only torch, transformers and the checkout. Both remote modeling files import flash-attn, which
-has no CPU build, so the network is transformers' own Qwen3ForCausalLM (SDAR) or Qwen2ForCausalLM (Fast-dLLM v2)
-loaded from the checkpoint folder (the parameter names are the modeling files'), behind a wrapper that implements the
-modeling file's calling contract:
+It runs with the Python of a reference environment, never this project's: it imports only torch, transformers
+4.52.4 and the checkout. ReFusion's environment serves (docs/benchmarks.md):
+``python3 -m venv REFENV && REFENV/bin/pip install torch==2.13.0 transformers==4.52.4 numpy pandas tqdm``.
+Both remote modeling files import flash-attn, which has no CPU build, so the network is transformers' own
+Qwen3ForCausalLM (SDAR) or Qwen2ForCausalLM (Fast-dLLM v2) loaded from the checkpoint folder (the parameter names
+are the modeling files'), behind a wrapper that implements the modeling file's calling contract:
 
 * SDAR (``modeling_sdar.py``): ``model(ids, attention_mask, position_ids, past_key_values, use_cache, store_kv)``.
   The block attends to the cache and itself under the caller's 0/1 mask (nonzero = visible) at the caller's
@@ -17,24 +18,25 @@ modeling file's calling contract:
   transformers 4.52.4 ``DynamicCache`` whose ``key_cache`` lists the published function edits. ``sample_with_top_p``
   at temperature 0 is (argmax, softmax).
 
-Every forward is counted. With ``check`` (the default) each forward's logits are also compared with a full recompute
-of the tokens the cache holds plus the block, under the block-causal mask the modeling file implies, without a cache;
-the largest difference is reported. For SDAR the worker also counts *overwrites*: positions of the current block that
-were not masks at the previous forward and hold another token now (the published top-k picking non-mask positions).
+Every forward is counted, and its logits are compared with a full recompute of the tokens the cache holds plus the
+block, under the block-causal mask the modeling file implies, without a cache (``--no-check`` skips it); the largest
+difference is reported. For SDAR the worker also counts *overwrites*: positions of the current block that were not
+masks at the previous forward and hold another token now (the published top-k picking non-mask positions).
 
     PY benchmarks/block_diffusion_reference.py sdar|fastdllm-v2 --reference=CHECKOUT --checkpoint=FOLDER \
         --cases=CASES.json --out=ANSWERS.json
 
-CASES.json: ``{"cases": [{"name": ..., "prompts": [[ids], ...], ...settings}]}``. SDAR settings are its function's
-keyword arguments (gen_length, block_length, denoising_steps, temperature, top_k, top_p, remasking_strategy,
-confidence_threshold, eb_threshold, stopping_criteria_idx), plus mask_id and seed (``torch.manual_seed(seed)`` right
-before each call); each prompt is decoded alone (the function is batch 1). Fast-dLLM v2 settings are
-``batch_sample``'s (block_size, small_block_size, max_new_tokens, threshold, stop_token, mask_id, top_p, temperature)
-plus pad_id (the tokenizer's pad id it writes after a stop); the prompts are one batch, right-padded with the mask id
-as v2/eval.py pads them. Any case may set max_forwards (default 1000): a decode that needs more is stopped and
-answered as an error (the published loops never end on a network that proposes the mask id). ANSWERS.json: per case ``{"name", "runs": [{"tokens": [[ids after the prompt] per row],
-"forwards": n, "overwrites": n, "max_logit_error": x, "trace": [[cached, width, writes, masks] per forward],
-"error": null or "Type: message (file:line)"}]}``; the tokens are the whole generated region, not cut at a stop.
+CASES.json is ``{"cases": [{"name": ..., "prompts": [[ids], ...], ...settings}]}``. SDAR's settings are its
+function's keyword arguments (gen_length, block_length, denoising_steps, temperature, top_k, top_p,
+remasking_strategy, confidence_threshold, eb_threshold, stopping_criteria_idx) plus mask_id and seed
+(``torch.manual_seed(seed)`` right before each call); each prompt is decoded alone (the function is batch 1).
+Fast-dLLM v2's are ``batch_sample``'s (block_size, small_block_size, max_new_tokens, threshold, stop_token, mask_id,
+top_p, temperature) plus pad_id (the tokenizer's pad id it writes after a stop); the prompts are one batch,
+right-padded with the mask id as v2/eval.py pads them. Any case may set max_forwards (default 1000): a decode that
+needs more is stopped and answered as an error (the published v2 loop never ends on a network that proposes the
+mask id). ANSWERS.json is, per case, ``{"name", "runs": [{"tokens": [[ids after the prompt] per row], "forwards": n,
+"overwrites": n, "max_logit_error": x, "trace": [[cached, width, writes, masks] per forward], "error": null or
+"Type: message (file:line)"}]}``; the tokens are the whole generated region, not cut at a stop.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class Stalled(RuntimeError):
 
 
 class Counter:
+    """What both stand-ins share: the wrapped network, the forward count and limit, the checks' results."""
+
     def __init__(self, inner: torch.nn.Module, check: bool, block: int, mask_id: int, limit: int) -> None:
         self.inner, self.check, self.block, self.mask_id, self.limit = inner, check, block, mask_id, limit
         self.forwards, self.overwrites, self.max_error = 0, 0, 0.0
@@ -274,7 +278,7 @@ def run_fastdllm_v2(published, inner, case: dict, checkout: Path, check: bool) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("reference", choices=("sdar", "fastdllm-v2"))
+    parser.add_argument("kind", choices=("sdar", "fastdllm-v2"), help="which published function")
     parser.add_argument("--reference", dest="checkout", required=True, type=Path,
                         help="checkout of JetAstra/SDAR (generate.py) or NVlabs/Fast-dLLM (v2/generation_functions.py)")
     parser.add_argument("--checkpoint", required=True, type=Path, help="checkpoint folder (config.json + weights)")
@@ -285,9 +289,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sys.stdout = sys.stderr  # the published code may print
-    published = import_published(args.reference, args.checkout)
-    inner = load_inner(args.reference, args.checkpoint)
-    run = run_sdar if args.reference == "sdar" else run_fastdllm_v2
+    published = import_published(args.kind, args.checkout)
+    inner = load_inner(args.kind, args.checkpoint)
+    run = run_sdar if args.kind == "sdar" else run_fastdllm_v2
     answers = []
     with torch.no_grad():
         for case in json.loads(args.cases.read_text())["cases"]:

@@ -139,6 +139,16 @@ def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws, maske
     return Proposal(tokens, probs.gather(-1, tokens[..., None]).squeeze(-1), probs)
 
 
+def never_the_mask(proposal: Proposal, mask_id: int) -> torch.Tensor:
+    """The proposed tokens, with a proposal of the mask id itself replaced by the likeliest other token. Committing
+    the mask id would leave the position masked, so a network that proposes it (an untrained one does) would stall:
+    Fast-dLLM v2's published loop then never ends, SDAR's runs past its schedule, LLaDA2's leaves masks. Every
+    other proposal is untouched, so tokens equal the references' wherever they finish."""
+    top2 = torch.topk(proposal.probs, 2, dim=-1).indices
+    other = torch.where(top2[..., 0] == mask_id, top2[..., 1], top2[..., 0])
+    return torch.where(proposal.tokens == mask_id, other, proposal.tokens)
+
+
 # ---- commit rules: which masks of the window take their proposal this step -------------------------------------
 def _top_count(confidence: torch.Tensor, k: int, counts: torch.Tensor) -> torch.Tensor:
     """[A, W] bool: each row's ``counts[a]`` (<= k) highest confidences, from one ``torch.topk(k)`` as the reference
@@ -312,10 +322,11 @@ class _BlockDecode:
                     logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
                 proposal = propose(logits[:, window], cfg, self.rows.draws, masked)
                 chosen = commit_rule(cfg, proposal, masked, step, self.schedule)
-                self.rows.canvas[:, low:low + sub] = torch.where(chosen, proposal.tokens, current)
+                tokens = never_the_mask(proposal, cfg.mask_id)
+                self.rows.canvas[:, low:low + sub] = torch.where(chosen, tokens, current)
                 step += 1
                 if cfg.eos_early_stop:
-                    committed_eos = chosen & torch.isin(proposal.tokens, self.eos)
+                    committed_eos = chosen & torch.isin(tokens, self.eos)
                     if self.stop(_complete_to_eos(self.rows, end, self.eos, cfg.mask_id, committed_eos)):
                         return True
         return False

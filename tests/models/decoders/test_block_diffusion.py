@@ -199,6 +199,16 @@ def test_eos_early_stop_ends_mid_block_once_everything_before_it_is_filled():
     assert (early.nfe, late.nfe) == (2, 4)
 
 
+def test_a_proposed_mask_id_gives_way_to_the_next_likeliest_token():
+    """An untrained network may prefer the mask id itself; committing it would leave the mask forever. The decode
+    ends, and those positions get their second choice."""
+    table = one_hot([MASK, 11, MASK, 13, MASK, 15, 16, 17])
+    table[[0, 2, 4], [30, 31, 32]] = 4.0  # the second choice where the mask id is the first
+    out = decode(RecomputeNetwork(table_logits(table)), [[1, 1]], dataclasses.replace(SDAR, block_length=2,
+                                                                                  denoising_steps=1), gen=6)
+    assert out.rows[0].token_ids == [31, 13, 32, 15, 16, 17]
+
+
 def test_bad_settings_fail_in_one_line():
     for changes, words in [({"remasking": "greedy"}, "unknown remasking"), ({"denoising_steps": 9}, "denoising_steps"),
                            ({"sub_block_length": 3}, "sub_block_length"), ({"temperature": -1}, "temperature")]:

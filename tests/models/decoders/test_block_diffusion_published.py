@@ -2,53 +2,62 @@
 forward: JetAstra/SDAR ``generate.py`` (``block_diffusion_generate``) and NVlabs/Fast-dLLM
 ``v2/generation_functions.py`` (``batch_sample``).
 
-The published code runs in its own environment (torch and transformers 4.52.4, docs/benchmarks.md) through
-benchmarks/block_diffusion_reference.py, on the same tiny checkpoint (tiny-sdar, tiny-fastdllm-v2) in float32 on the
-CPU; the project side is ``block_diffusion_generate`` on the native network. Set SDAR_REFERENCE_DIR (a checkout of
-JetAstra/SDAR), FASTDLLM_V2_REFERENCE_DIR (a checkout of NVlabs/Fast-dLLM, or its v2/ folder) and
-BLOCK_DIFFUSION_REFERENCE_PYTHON (that environment's Python); without them these tests skip.
+The published code runs in its own environment through benchmarks/block_diffusion_reference.py, on the same tiny
+checkpoint (tiny-sdar, tiny-fastdllm-v2) in float32 on the CPU; the project side is ``block_diffusion_generate`` on
+the native network. The environment is ReFusion's (docs/benchmarks.md), which serves both:
+``python3 -m venv REFENV && REFENV/bin/pip install torch==2.13.0 transformers==4.52.4 numpy pandas tqdm``. Set
+SDAR_REFERENCE_DIR (a checkout of JetAstra/SDAR), FASTDLLM_V2_REFERENCE_DIR (a checkout of NVlabs/Fast-dLLM with
+the v2 of upstream commit d259b48 or later, or its v2/ folder) and BLOCK_DIFFUSION_REFERENCE_PYTHON (REFENV's
+Python); without them these tests skip.
 
 **The stand-in network.** Both remote modeling files import flash-attn, so the worker drives the published functions
 with transformers' own Qwen3ForCausalLM / Qwen2ForCausalLM behind a wrapper implementing the modeling file's
-contract. What was checked by reading the modeling files (Gen-Verse/dLLM-RL ``models/sdar/modeling_sdar.py``, whose
-commented-out original path is SDAR's; the Fast_dLLM_QwenForCausalLM ``modeling.py``):
+contract. What was checked by reading the modeling files (Gen-Verse/dLLM-RL ``models/sdar/modeling_sdar.py``, and
+its commented-out original SDAR path; a public copy of Fast-dLLM v2's remote ``modeling.py``):
 
-* SDAR, mask: the attention takes the caller's mask as is (nonzero = visible, turned into an additive mask) over
-  [cache; block], with no causal mask of its own (``is_causal=False``). The published loop passes rows of a
-  block-lower-triangular mask, so *inside a block* every query sees the whole block, *across blocks* a block sees
-  every earlier block (the cache) and nothing later, and the *prefill* of the prompt's whole blocks is block-causal
-  too. Positions are the caller's ``position_ids``. ``store_kv`` appends the block's K/V; otherwise the cache is
-  read and left unchanged. The wrapper passes the same mask to transformers' Qwen3 (4-D additive), appends, and
-  crops the cache back when ``store_kv`` is false.
-* Fast-dLLM v2, mask: in eval the model ignores any caller mask and builds ``eval_mask``: query i at
-  ``cache length + i`` sees key j when ``i // block_size >= j // block_size`` (absolute indices), so again the whole
-  block, every cached block, a block-causal prefill; positions are ``cache length + i``; ``update_past_key_values``
-  appends the block to the cache, otherwise the cache is concatenated for attention only. ``block_size`` defaults to
-  32 when the caller omits it (the published peeks omit it); the wrapper keeps that default. The cache is a
+* SDAR: the attention takes the caller's mask as given over [cache; block] (nonzero = visible; the original path
+  runs flash-attn without a mask when everything is visible, else SDPA with it) and adds no causal mask of its own
+  (``is_causal=False``). The published loop passes rows of a block-lower-triangular mask, so *inside a block* every
+  query sees the whole block, *across blocks* a block sees every earlier block (the cache) and nothing later, and
+  the *prefill* of the prompt's whole blocks is block-causal too. Positions are the caller's ``position_ids``.
+  ``store_kv`` appends the block's K/V; otherwise the cache is read and left as it was. The wrapper hands the same
+  mask to transformers' Qwen3 (4-D, additive), lets it append, and crops the cache back without ``store_kv``.
+* Fast-dLLM v2: in eval the model ignores any caller mask and builds ``eval_mask``: query i, at ``cache length +
+  i``, sees key j when ``(cache length + i) // block_size >= j // block_size``, so again the whole block, every
+  cached block, and a block-causal prefill; positions are ``cache length + i``; ``update_past_key_values`` appends
+  the block to the cache, otherwise cache and block are concatenated for attention only. ``block_size`` defaults to
+  32 where the caller omits it (the published peeks do); the wrapper keeps that default. The cache is a
   transformers 4.52.4 ``DynamicCache`` (the function edits its ``key_cache``/``value_cache`` lists to drop finished
   rows), and ``sample_with_top_p`` at temperature 0 is (argmax, softmax).
-* Executed check: with ``check`` on (the default), every forward's logits are compared by the worker with a
-  cache-free forward of the tokens the cache holds plus the block, under the block-causal mask; each case asserts the
-  largest difference is below 1e-4 (it is ~2e-6 for SDAR and 0 for v2 on these checkpoints), and a wrong block size
-  in that recompute shows up as differences of ~9.
+* Executed check: every forward's logits are compared in the worker with a cache-free forward of the tokens the
+  cache holds plus the block under the block-causal mask; each equality case asserts the largest difference is
+  below 1e-4 (about 2e-6 for SDAR, 0 for v2 here; a wrong block size in that recompute gives differences near 9).
 
 **Cases compared for equality** (tokens up to the first end-of-sequence id, or the whole canvas, and forwards):
-SDAR's low_confidence_static, low_confidence_dynamic and sequential, with SDAR's greedy (temperature 1, top_k 1) and
-seeded sampling (temperature 1 and 0.8 with top_p 0.9, the same draws: the worker calls ``torch.manual_seed(seed)``
-right before the published function, the decoder draws from a generator seeded with the config's seed), prompts
-not aligned to the block and aligned, block 4 with 4 steps and block 8 with 4 steps, and an end of sequence that
-really stops the decode early. Fast-dLLM v2 with its settings (block 32, sub-block 8, threshold 0.9 and 1,
-temperature 0): a prompt shorter than a block, longer and unaligned, longer and aligned (first token from the
-prefill), batches of right-padded prompts of different lengths (one spanning several prompt blocks), and batches
-that end at an end of sequence.
+SDAR's low_confidence_static, low_confidence_dynamic and sequential, with SDAR's greedy (temperature 1, top_k 1; a
+greedy batch also gives each row its batch-1 tokens) and seeded sampling (temperature 1; 0.8 and 0.5 with top_p
+0.9, the last committing several masks a step) with the same draws (the worker calls ``torch.manual_seed(seed)``
+right before the published function; the decoder's one generator is seeded with the config's seed), prompts not
+aligned to the block and aligned, block 4 with 4 and 2 steps and block 8 with 4, and an end of sequence that stops
+the decode inside a block, blocks before the canvas ends. Fast-dLLM v2 with its settings (block 32, sub-block 8,
+threshold 0.9 and 1, and 0.02 to commit several a step, temperature 0): a prompt shorter than a block, longer and
+unaligned, longer and aligned (first token from the prefill), right-padded batches of prompts of different lengths
+within one block and across blocks, and a batch in which every row ends at an end of sequence. batch_sample decodes
+``max_new_tokens // block + longest prompt // block`` whole blocks; ``v2_max_new_tokens`` picks the max_new_tokens
+that ends it on the decoder's last block.
 
-**Published defects the decoder fixes, each in its own test here:** SDAR's ``entropy_bounded`` cannot run (it uses
-``transfer_index`` before assigning it; its entropy is also summed over the block axis of the chosen tokens'
-probabilities, not over the vocabulary); SDAR's top-k over every position overwrites committed or prompt tokens once
-fewer masks remain than the step's count; v2 skips the prefill of a prompt exactly one block long; v2 does not give
-a batch row whose prompt ends on a block boundary (not the shortest, not the longest) its first token from the
-commit pass; v2 does not notice an end of sequence placed by the commit pass; and v2 crashes when every row finishes
-in the first block of a batch without a prefill. None of these cases is in the equality tests.
+**Published defects the decoder fixes, each in its own test here and in no equality case:** SDAR's
+``entropy_bounded`` cannot run (``transfer_index`` is read before it is assigned; its entropy is also summed over the
+block axis of the chosen tokens' probabilities, not over the vocabulary); SDAR's top-k over every position
+overwrites prompt or committed tokens once fewer masks remain than the step's count; v2 skips the prefill of a
+prompt exactly one block long; v2 gives a batch row whose prompt ends on a block boundary (neither the shortest nor
+the longest) its first token from a peek instead of the commit pass; v2 does not notice an end of sequence written
+by the commit pass; v2 crashes when every row of a batch without a prefill finishes in the first block.
+
+The tiny Fast-dLLM v2 network proposes the mask id itself at some prompts; committing it leaves the mask in place,
+and both the published loop and the decoder then never finish the block. Both sides stop after FORWARD_LIMIT
+forwards, and the prompts here are ones where neither does (except the one-block prompt, whose published decode has
+no context at all and stalls: that test accepts it).
 """
 
 from __future__ import annotations
@@ -108,6 +117,8 @@ SDAR_CASES = [
          remasking="low_confidence_static"),
     case("dynamic-sampled-top-p", [UNALIGNED, ALIGNED], **SDAR, temperature=0.8, top_p=0.9, seed=5,
          remasking="low_confidence_dynamic", confidence_threshold=0.3),
+    case("dynamic-sampled-cold", [UNALIGNED, ALIGNED], **SDAR, temperature=0.5, top_p=0.9, seed=5,
+         remasking="low_confidence_dynamic", confidence_threshold=0.03),
     case("static-block-8-steps-4", [prompt(2, 16)], **{**SDAR, "gen_length": 24, "block_length": 8}, temperature=1.0,
          top_k=0, seed=7, remasking="low_confidence_static"),
     case("static-eos", [prompt(3, 6)], eos=EARLY, **{**SDAR, "gen_length": 32}, **GREEDY,
@@ -117,6 +128,8 @@ SDAR_DEFECTS = [
     case("entropy-bounded", [UNALIGNED], **SDAR, **GREEDY, remasking="entropy_bounded", eb_threshold=0.35),
     case("static-2-steps-unaligned", [UNALIGNED], **{**SDAR, "denoising_steps": 2}, **GREEDY,
          remasking="low_confidence_static"),
+    case("dynamic-block-8-steps-4", [prompt(2, 16)], **{**SDAR, "gen_length": 24, "block_length": 8},
+         temperature=0.5, top_k=0, seed=7, remasking="low_confidence_dynamic", confidence_threshold=0.03),
 ]
 
 # ---- Fast-dLLM v2 ------------------------------------------------------------------------------------------------
@@ -128,8 +141,10 @@ V2_CASES = [
     case("unaligned-prefill", [prompt(1, 40)], **V2),
     case("aligned-prefill", [prompt(1, 64)], **V2),
     case("threshold-1", [prompt(1, 12)], **{**V2, "confidence_threshold": 1.0}),
+    case("threshold-0.02", [prompt(1, 12)], **{**V2, "confidence_threshold": 0.02}),  # several commits a step
     case("batch-one-block", [prompt(2, 5), prompt(1, 12), prompt(2, 27)], **V2),
     case("batch-eos", [prompt(1, 40), prompt(1, 70), prompt(1, 50)], eos=EARLY, **V2),
+    case("batch-span", [prompt(1, 40), prompt(1, 70), prompt(1, 50)], **V2),
 ]
 V2_DEFECTS = [
     case("one-block-prompt", [prompt(1, 32)], **V2),
@@ -146,22 +161,28 @@ class Limited:
 
     def __init__(self, network: Any) -> None:
         self.network, self.forwards = network, 0
+        self.fed: list[tuple[int, int, bool]] = []  # per forward: first position, width, whether it writes
 
     def new_cache(self, *args: Any) -> Any:
         return self.network.new_cache(*args)
 
-    def block_forward(self, *args: Any) -> torch.Tensor:
+    def block_forward(self, ids: torch.Tensor, positions: torch.Tensor, *args: Any) -> torch.Tensor:
         self.forwards += 1
+        self.fed.append((int(positions[0, 0]), ids.shape[1], bool(args[-1])))
         if self.forwards > FORWARD_LIMIT:
             raise RuntimeError(f"more than {FORWARD_LIMIT} forwards: the decode stalled")
-        return self.network.block_forward(*args)
+        return self.network.block_forward(ids, positions, *args)
 
 
-def harness(network: Any, prompts: tuple[tuple[int, ...], ...], cfg: BlockDiffusionConfig):
+def harness(network: Any, prompts: tuple[tuple[int, ...], ...], cfg: BlockDiffusionConfig, fed: list | None = None):
     width = max(map(len, prompts))
     ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    return block_diffusion_generate(Limited(network), ids, mask, cfg)
+    limited = Limited(network)
+    out = block_diffusion_generate(limited, ids, mask, cfg)
+    if fed is not None:
+        fed.extend(limited.fed)
+    return out
 
 
 def v2_max_new_tokens(c: Case) -> int:
@@ -172,17 +193,16 @@ def v2_max_new_tokens(c: Case) -> int:
 
 
 def reference_case(kind: str, c: Case, mask_id: int, eos: int | None, pad_id: int) -> dict[str, Any]:
+    """The case as the worker reads it: the published function's own arguments."""
     s = c.settings
+    common = dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, max_forwards=FORWARD_LIMIT)
     if kind == "sdar":
-        return dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, seed=s.get("seed", 0),
-                    max_forwards=FORWARD_LIMIT,
-                    gen_length=s["gen_length"], block_length=s["block_length"],
+        return dict(common, seed=s.get("seed", 0), gen_length=s["gen_length"], block_length=s["block_length"],
                     denoising_steps=s["denoising_steps"], temperature=s["temperature"], top_k=s.get("top_k", 0),
                     top_p=s.get("top_p", 1.0), remasking_strategy=s["remasking"],
                     confidence_threshold=s.get("confidence_threshold", 0.85),
                     eb_threshold=s.get("eb_threshold", 0.35), stopping_criteria_idx=None if eos is None else [eos])
-    return dict(name=c.name, prompts=[list(p) for p in c.prompts], mask_id=mask_id, pad_id=pad_id, max_forwards=FORWARD_LIMIT,
-                block_size=s["block_length"], small_block_size=s["sub_block_length"],
+    return dict(common, pad_id=pad_id, block_size=s["block_length"], small_block_size=s["sub_block_length"],
                 max_new_tokens=v2_max_new_tokens(c), threshold=s["confidence_threshold"],
                 stop_token=NO_EOS if eos is None else eos, temperature=0.0, top_p=1.0)
 
@@ -213,9 +233,9 @@ class Side:
     def config(self, c: Case, eos: int | None) -> BlockDiffusionConfig:
         return BlockDiffusionConfig(mask_id=self.mask_id, eos_ids=(NO_EOS if eos is None else eos,), **c.settings)
 
-    def decode(self, c: Case, prompts=None, eos: int | None | str = "case"):
+    def decode(self, c: Case, prompts=None, eos: int | None | str = "case", fed: list | None = None):
         eos = self.eos[c.name] if eos == "case" else eos
-        return harness(self.network, prompts or c.prompts, self.config(c, eos))
+        return harness(self.network, prompts or c.prompts, self.config(c, eos), fed)
 
     def find_eos(self, c: Case) -> int:
         """An id to end the sequence with, read off the decoder's own decode of the whole canvas (which the
@@ -244,6 +264,8 @@ class Side:
             candidates = fits if candidates is None else {t: max(i, candidates[t]) for t, i in fits.items()
                                                           if t in candidates}
         assert candidates, f"{c.name}: no id ends every row where the case needs it"
+        if c.eos == EARLY:  # the latest such stop: the most blocks decoded before it
+            return max(candidates, key=lambda t: (candidates[t], -t))
         return min(candidates, key=lambda t: (candidates[t], t))
 
 
@@ -251,7 +273,7 @@ def reference_env(variable: str, what: str) -> tuple[str, str]:
     checkout, python = os.environ.get(variable), os.environ.get("BLOCK_DIFFUSION_REFERENCE_PYTHON")
     if not checkout or not python:
         pytest.skip(f"set {variable} (a checkout of {what}) and BLOCK_DIFFUSION_REFERENCE_PYTHON (a Python with torch "
-                    "and transformers 4.52.4, docs/benchmarks.md) to compare with the published decoder")
+                    "and transformers 4.52.4, docs/decoders.md §9) to compare with the published decoder")
     return checkout, python
 
 
@@ -315,27 +337,32 @@ def defect(side: Side, name: str) -> tuple[Case, list[dict[str, Any]]]:
 def test_sdar_entropy_bounded_does_not_run_in_the_published_code(sdar):
     """generate.py assigns ``transfer_index`` in every branch but entropy_bounded's, which then writes into it."""
     c, (run,) = defect(sdar, "entropy-bounded")
-    assert run["error"] is not None and run["error"].startswith("UnboundLocalError") and "transfer_index" in run["error"]
+    assert run["error"] is not None and run["error"].startswith("UnboundLocalError")
+    assert "transfer_index" in run["error"]
     out = sdar.decode(c)  # the decoder's entropy over the vocabulary per position runs
     assert len(out.rows[0].token_ids) == c.settings["gen_length"]
 
 
-def test_sdar_published_top_k_overwrites_tokens_that_are_no_longer_masks(sdar):
-    """Two commits a step, a prompt block holding one mask: the published top-k also picks a non-mask (a prompt
-    token, confidence -inf) and overwrites it with that step's proposal."""
-    c, (run,) = defect(sdar, "static-2-steps-unaligned")
+@pytest.mark.parametrize("name", ["static-2-steps-unaligned", "dynamic-block-8-steps-4"])
+def test_sdar_published_top_k_overwrites_tokens_that_are_no_longer_masks(sdar, name):
+    """Once fewer masks remain than the step's count (two a step and a prompt block holding one mask; or a dynamic
+    step that committed more than its count), the published top-k also picks non-masks (confidence -inf) and
+    overwrites a prompt or committed token with that step's proposal. The decoder caps the count at the masks."""
+    c, (run,) = defect(sdar, name)
     assert run["error"] is None and run["overwrites"] > 0
     assert len(sdar.decode(c).rows[0].token_ids) == c.settings["gen_length"]
 
 
 def test_fastdllm_v2_prompt_of_exactly_one_block_gets_no_prefill(v2):
     """``if min_len > block_size`` skips the prefill when the prompt is exactly one block, then starts at block 1 on
-    an empty cache: the prompt is never fed, and the first block decodes at positions 0.. with no first token."""
+    an empty cache: the prompt is never fed, and the first block decodes at positions 0.. with no first token (on the
+    tiny checkpoint, with no context at all, it then proposes the mask id and never ends). The decoder prefills."""
     c, (run,) = defect(v2, "one-block-prompt")
-    assert run["error"] is None
+    assert run["error"] is None or run["error"].startswith("Stalled")
     assert run["trace"][0] == [0, 32, 0, 32]  # first forward: an empty cache, 32 masks, nothing written
-    out = v2.decode(c)
-    assert [r.token_ids for r in out.rows] != published_rows(v2, c, run)
+    fed: list = []
+    out = v2.decode(c, fed=fed)
+    assert fed[0] == (0, 32, True) and len(out.rows[0].token_ids) == c.settings["gen_length"]
 
 
 def test_fastdllm_v2_batch_row_on_a_block_boundary_misses_its_first_token(v2):
