@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
+from llada2_reference import llada2_reference
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
@@ -322,12 +322,7 @@ def published(net: LLaDA2Network, cases: list[dict], folder: Path, checkout: str
 
 @torch.no_grad()
 def test_logits_equal_the_published_modeling_code(tmp_path):
-    checkout, python = os.environ.get("LLADA2_REFERENCE_DIR"), os.environ.get("LLADA2_REFERENCE_PYTHON")
-    if not checkout or not python:
-        pytest.skip("set LLADA2_REFERENCE_DIR (a folder with modeling_llada2_moe.py) and LLADA2_REFERENCE_PYTHON "
-                    "(a Python with torch and transformers 4.52.3) to compare with the published modeling code")
-    if not (Path(checkout) / "modeling_llada2_moe.py").is_file():
-        pytest.skip("LLADA2_REFERENCE_DIR has no modeling_llada2_moe.py")
+    checkout, python = llada2_reference("modeling code")
     tiny = tiny_llada2_config(VOCAB)
     release = tiny_network(dataclasses.replace(tiny, num_hidden_layers=4), seed=11)
     tie_routes(release)
