@@ -142,6 +142,10 @@ LLADA2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, "deno
           "eos_early_stop": True}
 LLADA2_PAPER = every_task({k: LLADA2[k] for k in (*_SDAR_DECODING, "confidence_threshold", "eos_early_stop")})
 LLADA2_PRESETS = {"paper": LLADA2_PAPER}
+# LLaDA2.1 adds token editing; the settings of diffusers' LLaDA2Pipeline example (the report's S and Q settings were
+# not found), the rule as SGLang's JointThreshold runs it (docs/decoders.md §7.4).
+LLADA21 = {**LLADA2, "confidence_threshold": 0.7, "edit_threshold": 0.5, "max_post_edit_steps": 16,
+           "eos_early_stop": False}
 _LLADA2_WHERE = "blocks of 32 in up to 32 greedy steps, every mask above 0.95 (LLaDA2.0 report, Table 1)"
 _SDAR_WHERE = "blocks of 4 in 4 greedy steps, static low-confidence (SDAR's OpenCompass evaluation)"
 _TRADO_WHERE = "blocks of 4 in 4 greedy steps, dynamic low-confidence above 0.9 (TraDo's evaluation)"
@@ -220,8 +224,8 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llada2-mini", "llada2", "inclusionAI/LLaDA2.0-mini",
                   f"LLaDA2.0-mini (16B MoE, 1.4B active), block diffusion; {_LLADA2_WHERE}", LLADA2, LLADA2_PRESETS),
         ModelSpec("llada2.1-mini", "llada2", "inclusionAI/LLaDA2.1-mini",
-                  f"LLaDA2.1-mini WITHOUT its token editing (no published code for it was read); {_LLADA2_WHERE}",
-                  LLADA2, LLADA2_PRESETS),
+                  "LLaDA2.1-mini with token editing (SGLang's JointThreshold: masks above 0.7, edits above 0.5, up to "
+                  "16 editing steps; diffusers' example settings), blocks of 32", LLADA21),
         ModelSpec("tiny-llada2", "llada2", "tiny-llada2",
                   "offline: random tiny LLaDA2 MoE with a local tokenizer (LLaDA2's defaults)", LLADA2, LLADA2_PRESETS),
         # DiffusionGemma's options default to the release's generation_config.json (docs/decoders.md §8); it always

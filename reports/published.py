@@ -97,8 +97,9 @@ TRADO_SOURCE = "TraDo paper (arXiv 2509.06949)"
 FASTDLLM_V2_SOURCE = "Fast-dLLM v2 README (NVlabs/Fast-dLLM, v2/)"
 DIFFUSIONGEMMA_SOURCE = "DiffusionGemma model card figures, as quoted by secondary sources"
 LLADA2_SOURCE = "LLaDA2.0 report, Table 1 (T 0, block 32, threshold 0.95); Qwen3-8B (no think) from the same table"
-LLADA21_SOURCE = ("LLaDA2.1 report (S mode shown; Q mode in the notes; both with token editing, which the harness "
-                  "does not run); HumanEval+ 80.49 / 82.93 and MBPP+ 73.28 / 74.07 (S / Q) are not shown")
+LLADA21_SOURCE = ("LLaDA2.1 report (S mode shown, Q mode in the notes; the harness edits with diffusers' example "
+                  "settings, not the report's S or Q); HumanEval+ 80.49 / 82.93 and MBPP+ 73.28 / 74.07 (S / Q) are "
+                  "not shown")
 _QWEN3_IN_LLADA2 = "Qwen3-8B (no think) in the same table: {}"
 _LLADA2_LAYOUT = tuple((column, _QWEN3_IN_LLADA2.format(qwen3)) for column, qwen3 in (
     ("MMLU-Pro", "65.48"), ("ARC-C", "93.35"), ("GPQA", "46.59"), ("GSM8K", "93.63"), ("MATH", "86.28"),

@@ -70,6 +70,8 @@ class BlockDiffusionConfig:
     commit_finished_block: bool = True  # False: no commit forward once every row of the batch has finished
     fused_commit: bool = False  # finished blocks are written by the next block's first peek (LLaDA2)
     eos_early_stop: bool = False  # a row stops mid-block once its tokens up to an end of sequence are all filled
+    edit_threshold: float | None = None  # LLaDA2.1's token editing: a filled token whose proposal differs re-takes it
+    max_post_edit_steps: int = 16  # editing steps once the block holds no mask
     seed: int = 0
     mask_id: int | None = token_id_field()
     eos_ids: tuple[int, ...] | None = token_id_field()
@@ -83,6 +85,11 @@ def validate_block_diffusion_config(cfg: BlockDiffusionConfig) -> None:
     """One line for each setting the decoder cannot run."""
     if cfg.remasking not in REMASKING:
         raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
+    if cfg.edit_threshold is not None and (cfg.eos_early_stop or cfg.sub_block_length or cfg.temperature):
+        raise ConfigError("token editing (edit_threshold) runs whole blocks greedily: unset eos_early_stop, "
+                          "sub_block_length and temperature, or edit_threshold")
+    if cfg.max_post_edit_steps < 0:
+        raise ConfigError(f"max_post_edit_steps must be >= 0, got {cfg.max_post_edit_steps}")
     if cfg.block_length < 1:
         raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
     if not 1 <= cfg.denoising_steps <= cfg.block_length:
@@ -309,6 +316,9 @@ class _BlockDecode:
         """Peek and commit until no row holds a mask in the block [start, end), sub-block by sub-block; True when
         ``eos_early_stop`` has stopped every row."""
         cfg, step = self.cfg, 0
+        if cfg.edit_threshold is not None:
+            self.edit_block(start, end)
+            return False
         sub = cfg.sub_block_length or cfg.block_length
         for low in range(start, end, sub):
             window = slice(low - start, low - start + sub)
@@ -330,6 +340,33 @@ class _BlockDecode:
                     if self.stop(_complete_to_eos(self.rows, end, self.eos, cfg.mask_id, committed_eos)):
                         return True
         return False
+
+
+    def edit_block(self, start: int, end: int) -> None:
+        """LLaDA2.1's joint threshold (mask-to-token and token-to-token, as SGLang's ``JointThreshold`` runs it):
+        each step fills masks by ``commit_rule`` and re-takes every generated token of the block whose proposal
+        differs with confidence above ``edit_threshold``. A row is done when a step changes nothing, or after
+        ``max_post_edit_steps`` steps with no mask left."""
+        cfg, rows = self.cfg, self.rows
+        columns = torch.arange(start, end, device=self.device)[None]
+        editable = columns >= rows.prompt_lengths[:, None]
+        done = torch.zeros(len(rows.origin), dtype=torch.bool, device=self.device)
+        post_steps = torch.zeros_like(done, dtype=torch.long)
+        for step in range(cfg.block_length + cfg.max_post_edit_steps):
+            if bool(done.all()):
+                return
+            current = rows.canvas[:, start:end]
+            masked = current == cfg.mask_id
+            proposal = propose(self.forward(start, end, write=False), cfg, rows.draws, masked)
+            tokens = never_the_mask(proposal, cfg.mask_id)
+            filled = ~masked.any(dim=1)
+            post_steps += (filled & ~done).long()
+            done |= filled & (post_steps > cfg.max_post_edit_steps)
+            fill = commit_rule(cfg, proposal, masked, step, self.schedule)
+            edit = (proposal.confidence > cfg.edit_threshold) & (current != tokens) & editable & ~masked
+            change = (fill | edit) & ~done[:, None]
+            done |= ~change.any(dim=1)
+            rows.canvas[:, start:end] = torch.where(change, tokens, current)
 
 
 def _complete_to_eos(rows: Rows, end: int, eos: torch.Tensor, mask_id: int,

@@ -209,9 +209,32 @@ def test_a_proposed_mask_id_gives_way_to_the_next_likeliest_token():
     assert out.rows[0].token_ids == [31, 13, 32, 15, 16, 17]
 
 
+def next_filled_logits(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Position p proposes 20 + p while position p + 1 is a mask (or beyond the input), 30 + p once it is filled."""
+    following = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], MASK)], dim=1)
+    target = positions.view(-1)[None] + torch.where(following == MASK, 20, 30)
+    return torch.zeros(*ids.shape, V).scatter(-1, target[..., None], 10.0)
+
+
+def test_token_editing_retakes_a_filled_token_whose_proposal_changed():
+    """LLaDA2.1's joint threshold: the first step fills the block at once (proposals made while the next position was
+    masked); the second re-takes the three whose proposal changed once their neighbour was filled; the third changes
+    nothing, and the block is done. Without editing the first proposals stay."""
+    cfg = dataclasses.replace(LLADA2, edit_threshold=0.5, max_post_edit_steps=4)
+    edited = decode(RecomputeNetwork(next_filled_logits), [[1] * 4], cfg, gen=4)
+    plain = decode(RecomputeNetwork(next_filled_logits), [[1] * 4], dataclasses.replace(cfg, edit_threshold=None),
+                   gen=4)
+    assert plain.rows[0].token_ids == [24, 25, 26, 27] and plain.nfe == 1
+    assert edited.rows[0].token_ids == [34, 35, 36, 27] and edited.nfe == 3
+    capped = decode(RecomputeNetwork(next_filled_logits), [[1] * 4], dataclasses.replace(cfg, max_post_edit_steps=0),
+                    gen=4)
+    assert capped.rows[0].token_ids == [24, 25, 26, 27] and capped.nfe == 2  # no editing step once the block is full
+
+
 def test_bad_settings_fail_in_one_line():
     for changes, words in [({"remasking": "greedy"}, "unknown remasking"), ({"denoising_steps": 9}, "denoising_steps"),
-                           ({"sub_block_length": 3}, "sub_block_length"), ({"temperature": -1}, "temperature")]:
+                           ({"sub_block_length": 3}, "sub_block_length"), ({"temperature": -1}, "temperature"),
+                           ({"edit_threshold": 0.5, "eos_early_stop": True}, "token editing")]:
         with pytest.raises(ConfigError, match=words):
             validate_block_diffusion_config(dataclasses.replace(SDAR, gen_length=8, **changes))
 
@@ -223,6 +246,8 @@ SETTINGS = {
     "sdar-sampled": (qwen3, dataclasses.replace(SDAR, temperature=1.0, top_k=8, top_p=0.9, seed=3)),
     "v2": (qwen2, dataclasses.replace(V2, confidence_threshold=0.05)),
     "llada2-rules": (qwen3, dataclasses.replace(LLADA2, confidence_threshold=0.1, eos_early_stop=True)),
+    "llada2.1-editing": (qwen3, dataclasses.replace(LLADA2, confidence_threshold=0.1, edit_threshold=0.05,
+                                                    max_post_edit_steps=3)),
 }
 PROMPTS = [[3, 4, 5, 6, 7, 8, 9], [10, 11, 12, 13, 14], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
 
