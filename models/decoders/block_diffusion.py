@@ -119,10 +119,10 @@ def transfer_schedule(block_length: int, steps: int) -> list[int]:
 class Proposal:
     tokens: torch.LongTensor  # [A, W] the token each position would take
     confidence: torch.Tensor  # [A, W] its probability
-    probs: torch.Tensor  # [A, W, V] the distribution it came from (entropy_bounded reads it)
+    probs: torch.Tensor  # [A, W, V] the distribution it came from (entropy_bounded and never_the_mask read it)
 
 
-def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws, masked: torch.Tensor) -> Proposal:
+def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws, masked: torch.Tensor | None) -> Proposal:
     """Greedy at temperature 0; otherwise SDAR's sampler: /T, top-k, top-p, softmax, one draw per position of the
     window. With per-row generators only rows that still hold a mask draw, as they would alone (a row idling
     through the batch's steps consumes nothing)."""
