@@ -24,8 +24,8 @@ import torch
 from harness.files import cache_root  # a leaf: tiny models and evalplus ground truth share one cache root
 from models.real_tokenizer import REFUSION_ADDED_TOKENS, fetch_tokenizer, write_tokenizer_files
 from models.tokenizer import (DREAM_TOKENIZER, FASTDLLM_V2_TOKENIZER, GEMMA4_TOKENIZER, LLADA2_TOKENIZER,
-                              LLADA_TOKENIZER,
-                              QWEN3_TOKENIZER, REFUSION_TOKENIZER, SDAR_TOKENIZER, TokenizerSpec, build_tokenizer)
+                              LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, SDAR_TOKENIZER, TokenizerSpec,
+                              build_tokenizer)
 
 FORMAT_VERSION = "2"  # bumped when a recipe changes, so no cached copy of the old one is read
 

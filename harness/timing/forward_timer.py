@@ -1,9 +1,10 @@
 """Time spent inside the network's forward calls during one decode, so speed can be split into forwards per token,
 time per forward and time outside forwards (the decoder's own work: sampling, bookkeeping, cache edits).
 
-Hooks sit on the top-level network only, so one hook pair is one network call, the unit ``nfe`` counts. On CUDA
-each call is bracketed by events (no extra synchronisation: the decode's timing is left as it is) and read after the
-caller's final synchronise; on CPU the wall clock is read directly.
+Hooks sit on the top-level network, so one hook pair is one network call, the unit ``nfe`` counts; an adapter whose
+decoder calls submodules instead (DiffusionGemma's encoder and decoder) names those (``forward_modules``), and they
+never nest. On CUDA each call is bracketed by events (no extra synchronisation: the decode's timing is left as it
+is) and read after the caller's final synchronise; on CPU the wall clock is read directly.
 """
 
 from __future__ import annotations

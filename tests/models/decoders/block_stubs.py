@@ -12,6 +12,8 @@ from typing import Callable
 
 import torch
 
+from models.networks.dream import DreamNetwork
+
 
 @dataclass
 class TokenHistory:
@@ -54,9 +56,10 @@ class RecomputeNetwork:
 
 
 def native_logits(network: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """A native network's uncached forward (Qwen3 and Qwen2 take a 4-D bool mask)."""
+    """A native network's uncached forward under a 4-D bool mask: the Qwen2 (Dream) network takes it as
+    ``attention_bias`` beside its padding mask, Qwen3 and LLaDA2 as ``attention_mask``."""
     def logits_of(ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        if hasattr(network, "block_forward") and type(network).__name__ == "DreamNetwork":
+        if isinstance(network, DreamNetwork):
             return network(ids, position_ids=positions.expand(ids.shape[0], -1), attention_bias=mask)
         return network(ids, position_ids=positions, attention_mask=mask)
     return logits_of
