@@ -156,8 +156,9 @@ def count(case: Case, network: torch.nn.Module, batch: int, canvas: int) -> tupl
     the adapters route it) for its calls to be seen as forwards."""
     if case.blocks:
         network = BlockCalls(network)
+    prompts = prompts_for(batch)
     with torch.inference_mode(), OpCounter(network) as counts:
-        tokens = case.decode(network, prompts_for(batch), canvas)
+        tokens = case.decode(network, prompts, canvas)
     return counts, tokens
 
 

@@ -57,27 +57,31 @@ class KVBuffer:
     def n_layers(self) -> int:
         return self.kv.shape[0]
 
-    def reserve(self, n_new: int) -> Reservation:
-        """Claim ``n_new`` columns after each row's entries (all rows advance by ``n_new``; ``truncate`` trims)."""
+    def reserve(self, n_new: int, static: bool = False) -> Reservation:
+        """Claim ``n_new`` columns after each row's entries (all rows advance by ``n_new``; ``truncate`` trims).
+
+        ``static``: the reservation a compiled step takes, always by index and reading every column (key_len =
+        capacity, the caller's mask hiding the free ones), so neither its code nor its shapes depend on the
+        lengths: one graph serves every step of a decode."""
         top = max(self.lengths) + n_new
         if top > self.capacity:
             raise RuntimeError(f"KV buffer of capacity {self.capacity} cannot hold {top} entries")
-        if len(set(self.lengths)) == 1:
+        if len(set(self.lengths)) == 1 and not static:
             plan = Reservation(None, top, self.lengths[0])
         else:
             starts = torch.tensor(self.lengths, device=self._cols.device)
-            plan = Reservation(starts[:, None] + self._cols[:n_new], top, None)
+            plan = Reservation(starts[:, None] + self._cols[:n_new], self.capacity if static else top, None)
         self.lengths = [n + n_new for n in self.lengths]
         return plan
 
     @contextmanager
-    def claim(self, n_new: int, keep: int) -> Iterator[Reservation]:
-        """``reserve(n_new)`` for one forward, after which each row keeps only the first ``keep`` of the new entries
-        (0: a block diffusion "peek", whose K/V are written, attended to and left as free columns)."""
+    def claim(self, n_new: int, keep: int, static: bool = False) -> Iterator[Reservation]:
+        """``reserve(n_new, static)`` for one forward, after which each row keeps only the first ``keep`` of the new
+        entries (0: a block diffusion "peek", whose K/V are written, attended to and left as free columns)."""
         if not 0 <= keep <= n_new:
             raise ValueError(f"cannot keep {keep} of {n_new} new entries")
         before = list(self.lengths)
-        plan = self.reserve(n_new)
+        plan = self.reserve(n_new, static)
         try:
             yield plan
         except BaseException:
@@ -112,6 +116,21 @@ class KVBuffer:
             src = torch.tensor(index, device=self._cols.device) + start
             self.kv[:, :, row, :, start:start + len(index)] = self.kv[:, :, row, :, src]
         self.lengths[row] = start + len(index)
+
+    def keep_tails(self, edits: list[tuple[int, int, list[int]]]) -> None:
+        """Move entries within rows in one indexed copy for all of them: for each (row, start, index), entry
+        ``start + i`` of ``row`` becomes its entry ``start + index[i]``. Lengths are the caller's to set (a decoder
+        records its edits as it makes them and copies them together before the next forward)."""
+        rows, dst, src = [], [], []
+        for row, start, index in edits:
+            if any(i < 0 or start + i >= self.capacity for i in index):
+                raise ValueError(f"keep_tail index outside row {row}'s buffer of capacity {self.capacity}")
+            rows += [row] * len(index)
+            dst += range(start, start + len(index))
+            src += [start + i for i in index]
+        if rows:
+            rows_t, dst_t, src_t = torch.tensor([rows, dst, src], device=self._cols.device)
+            self.kv[:, :, rows_t, :, dst_t] = self.kv[:, :, rows_t, :, src_t]
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order): finished rows leave, so later forwards do no work for them."""

@@ -21,27 +21,58 @@ from typing import Any, Generator, Protocol
 
 import torch
 from torch import Tensor
-from torch.nn.utils.rnn import pad_sequence
 
 from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
+from models.decoders.sampling import add_gumbel_noise
 from models.networks.grouped_attention import GroupedWindows, dense_mask
 
 
 @dataclass(frozen=True)
 class Request:
-    """One row's share of a forward: new tokens on top of its cache; ``keep`` > 0 returns only the last ``keep``.
+    """One row's share of a forward: new tokens on top of its cache, and what the row needs read from the logits.
+
+    ``ids``/``positions`` are host lists: the decoder's decisions are made on the host from one read per forward, so
+    the next forward's inputs are known there and go to the device in one copy for the whole batch.
 
     ``window`` = 0 is plain causal over the whole cache. ``window`` > 0 is in-slot completion: the new tokens are
     consecutive windows of that many, one per slot (group); every query sees the first ``committed`` cache entries,
     the entries after them are each group's own ``owned`` entries in group order, and a query sees its group's
-    entries and its window up to itself."""
+    entries and its window up to itself. ``keep`` > 0: only the last ``keep`` new tokens are read (the prompt fed with
+    the first plan is not).
 
-    ids: Tensor  # [n] long
-    positions: Tensor  # [n] long
+    Reads, over the read tokens (``Reply``): ``draft``: the argmax at each (Gumbel-max at ``temperature`` > 0 with
+    ``generator``); ``first_of`` > 0: also the probability of the draft at every ``first_of``-th token and whether it
+    passes ``slot_threshold``; ``verify`` > 0: whether each token, except the first of each run of ``verify``, has
+    probability above ``token_threshold`` under the logits before it (the shifted read)."""
+
+    ids: list[int]
+    positions: list[int]
     window: int = 0
     committed: int = 0
     owned: int = 0
     keep: int = 0
+    draft: bool = False
+    first_of: int = 0
+    verify: int = 0
+    temperature: float = 0.0
+    generator: torch.Generator | None = None
+    slot_threshold: float = 0.0
+    token_threshold: float = 0.0
+
+    def read_span(self) -> range:
+        """Indices of the new tokens whose logits are read."""
+        n = len(self.ids)
+        return range(n - self.keep, n) if self.keep else range(n)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a row's ``Request`` asked for, on the host."""
+
+    tokens: list[int]  # draft: one per read token
+    confidence: list[float]  # first_of: the draft's probability at each first token
+    confident: list[bool]  # first_of: that probability > slot_threshold
+    accepted: list[bool]  # verify: per read token after the first of its run, in order
 
 
 RowProgram = Generator[Request, Tensor, Any]
@@ -49,6 +80,7 @@ RowProgram = Generator[Request, Tensor, Any]
 
 class Stepper(Protocol):
     batch: int
+    device: torch.device
 
     def length(self, row: int) -> int: ...
     def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor: ...
@@ -63,8 +95,10 @@ class NativeStepper:
 
     def __init__(self, network: torch.nn.Module, batch: int, capacity: int) -> None:
         self.network, self.cache = network, network.new_cache(batch, capacity)
+        self.device = self.cache.kv.device
         # a torch.compile'd network gets tensors only: a layout's integers would be guarded on and recompiled
         self.compiled = hasattr(network, "_orig_mod")
+        self._tails: list[tuple[int, int, list[int]]] = []  # keep_tail edits not yet copied
 
     @property
     def batch(self) -> int:
@@ -74,6 +108,7 @@ class NativeStepper:
         return self.cache.lengths[row]
 
     def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor:
+        self._copy_tails()
         if mask is not None and self.compiled:
             mask = dense_mask(mask, ids.device)
         return self.network(ids, position_ids=positions, attention_mask=mask, cache=self.cache, logits_to_keep=keep)
@@ -82,12 +117,23 @@ class NativeStepper:
         self.cache.truncate(row, n)
 
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
-        self.cache.keep_tail(row, start, index)
+        """Recorded now, copied before the next forward together with every other row's: one copy per forward for
+        the whole batch, not one per row."""
+        if index != list(range(len(index))):
+            self._tails.append((row, start, index))
+        self.cache.truncate(row, start + len(index))
+
+    def _copy_tails(self) -> None:
+        if self._tails:
+            self.cache.keep_tails(self._tails)
+            self._tails = []
 
     def select_rows(self, rows: list[int]) -> None:
+        self._copy_tails()
         self.cache.select_rows(rows)
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
+        self._copy_tails()
         return self.cache.row_kv(row)
 
 
@@ -96,8 +142,8 @@ class TransformersStepper:
 
     batch = 1
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.model, self.cache = model, None
+    def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
+        self.model, self.cache, self.device = model, None, device
 
     def length(self, row: int) -> int:
         return 0 if self.cache is None else cache_length(self.cache)
@@ -137,7 +183,7 @@ def request_windows(reqs: list[Request], lengths: list[int], width: int) -> Grou
     one group per slot after its committed buffer."""
     rows = []
     for r, n in zip(reqs, lengths):
-        n_new = r.ids.shape[0]
+        n_new = len(r.ids)
         if r.window == 0:
             rows.append((n, n, 1, 0, n_new))
         elif n_new % r.window:
@@ -145,6 +191,84 @@ def request_windows(reqs: list[Request], lengths: list[int], width: int) -> Grou
         else:
             rows.append((n, r.committed, n_new // r.window, r.owned, r.window))
     return GroupedWindows(*map(tuple, zip(*rows)), width=width)
+
+
+def batch_inputs(reqs: list[Request], device: torch.device) -> tuple[Tensor, Tensor, int, int]:
+    """(ids, positions) [rows, width], pads 0 after each row's tokens, in one host-to-device copy; the width; and how
+    many trailing logits the forward must return (every row's read span ends its tokens)."""
+    width = max(len(r.ids) for r in reqs)
+    pads = [[0] * (width - len(r.ids)) for r in reqs]
+    both = torch.tensor([[r.ids + pad for r, pad in zip(reqs, pads)], [r.positions + pad for r, pad in zip(reqs, pads)]],
+                        dtype=torch.long, device=device)
+    keep = max(width - (len(r.ids) - r.keep) if r.keep else width for r in reqs)
+    return both[0], both[1], width, keep
+
+
+def read_logits(logits: Tensor, reqs: list[Request], width: int) -> list[Reply]:
+    """Every row's reads from one forward's logits [rows, kept, V], with one set of ops for the whole batch and one
+    host read: the drafts, confidences and acceptances of all rows travel in one float32 tensor (token ids below 2**24
+    and probabilities in float32 or narrower are exact in it). Thresholds are compared on the device, in the logits'
+    dtype, as the published decoder compares them. Only Gumbel noise (temperature > 0) is drawn row by row, each row
+    from its own generator, so a row's draws do not depend on its batch."""
+    offset = width - logits.shape[1]  # new-token index j has its logits in column j - offset
+    draft_at, first_at, accept_at, accept_tokens = [], [], [], []
+    noisy: list[tuple[int, int, Request]] = []  # (start, end) in the drafts of a row drawn with noise
+    for row, r in enumerate(reqs):
+        span = r.read_span()
+        if r.draft:
+            if r.temperature > 0:
+                noisy.append((len(draft_at), len(draft_at) + len(span), r))
+            if r.first_of:
+                first_at += range(len(draft_at), len(draft_at) + len(span), r.first_of)
+            draft_at += [(row, j - offset) for j in span]
+        if r.verify:
+            for i, j in enumerate(span):
+                if i % r.verify:
+                    accept_at.append((row, j - 1 - offset))
+                    accept_tokens.append(r.ids[j])
+    n_draft, n_first = len(draft_at), len(first_at)
+    cells = draft_at + accept_at
+    where = torch.tensor([[c[0] for c in cells], [c[1] for c in cells]], dtype=torch.long, device=logits.device)
+    picked = logits[where[0], where[1]]  # [draft + accept, V]
+    scored_at = torch.tensor(first_at + accept_tokens, dtype=torch.long, device=logits.device)  # draft index / token to score
+    parts = []
+    if n_draft:
+        drafted = picked[:n_draft]
+        top = drafted.argmax(-1)
+        for start, end, r in noisy:
+            top[start:end] = add_gumbel_noise(drafted[start:end], r.temperature, r.generator).argmax(-1)
+        parts.append(top.float())
+    if n_first or accept_at:
+        firsts = scored_at[:n_first]
+        rows = torch.cat([picked[firsts], picked[n_draft:]])
+        targets = torch.cat([top[firsts], scored_at[n_first:]]) if n_first else scored_at
+        probs = torch.softmax(rows, dim=-1).gather(-1, targets[:, None])[:, 0]
+        if n_first:
+            parts += [probs[:n_first].float(), (probs[:n_first] > reqs_threshold(reqs, "slot_threshold")).float()]
+        if accept_at:
+            parts.append((probs[n_first:] > reqs_threshold(reqs, "token_threshold")).float())
+    values = torch.cat(parts).tolist() if parts else []
+    tokens = [int(v) for v in values[:n_draft]]
+    confidence = values[n_draft:n_draft + n_first]
+    confident = [v > 0 for v in values[n_draft + n_first:n_draft + 2 * n_first]]
+    accepted = [v > 0 for v in values[n_draft + 2 * n_first:]]
+    replies, d, f, a = [], 0, 0, 0
+    for r in reqs:
+        span = len(r.read_span())
+        n_d = span if r.draft else 0
+        n_f = len(range(0, span, r.first_of)) if r.draft and r.first_of else 0
+        n_a = sum(1 for i in range(span) if i % r.verify) if r.verify else 0
+        replies.append(Reply(tokens[d:d + n_d], confidence[f:f + n_f], confident[f:f + n_f], accepted[a:a + n_a]))
+        d, f, a = d + n_d, f + n_f, a + n_a
+    return replies
+
+
+def reqs_threshold(reqs: list[Request], name: str) -> float:
+    """The threshold every row of a forward shares (rows of one decode have one config)."""
+    values = {getattr(r, name) for r in reqs if (r.first_of if name == "slot_threshold" else r.verify)}
+    if len(values) != 1:
+        raise RuntimeError(f"refusion: the rows of one forward disagree on {name} ({sorted(values)})")
+    return values.pop()
 
 
 def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tuple[list[Any], list[float]]:
@@ -158,24 +282,18 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tupl
     pending = {i: next(programs[i]) for i in live}  # every program asks for at least one forward
     while live:
         reqs = [pending[i] for i in live]
-        width = max(r.ids.shape[0] for r in reqs)
-        ids = pad_sequence([r.ids for r in reqs], batch_first=True)  # [rows, width], pads 0 after each row's ids
-        pos = pad_sequence([r.positions for r in reqs], batch_first=True)
+        ids, pos, width, keep = batch_inputs(reqs, stepper.device)
         lengths = [stepper.length(row) for row in range(len(live))]
         plain = all(r.window == 0 for r in reqs)
         mask = None if plain else request_windows(reqs, lengths, width)
-        keep = max(width - (r.ids.shape[0] - r.keep) if r.keep else width for r in reqs)
         logits = stepper.forward(ids, pos, mask, 0 if keep == width else keep)
         for row, r in enumerate(reqs):
-            stepper.truncate(row, lengths[row] + r.ids.shape[0])  # pad entries are not kept
+            stepper.truncate(row, lengths[row] + len(r.ids))  # pad entries are not kept
         finished = []
-        for row, (i, r) in enumerate(zip(live, reqs)):
+        for row, (i, reply) in enumerate(zip(live, read_logits(logits, reqs, width))):
             nfe[i] += 1.0 / len(live)
-            n = r.ids.shape[0]
-            hi = n - (width - keep)
-            mine = logits[row, hi - (r.keep or n):hi]
             try:
-                pending[i] = programs[i].send(mine)
+                pending[i] = programs[i].send(reply)
             except StopIteration as stop:
                 results[i] = stop.value
                 finished.append(i)

@@ -28,6 +28,7 @@ order. Without an end-of-sequence the tokens and forward count equal the referen
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, Generator, Sequence
@@ -37,8 +38,9 @@ from torch import Tensor
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.decoders.refusion.cache import NativeStepper, Request, RowCache, RowProgram, TransformersStepper, drive
-from models.decoders.sampling import add_gumbel_noise, make_generator
+from models.decoders.refusion.cache import (NativeStepper, Reply, Request, RowCache, RowProgram, TransformersStepper,
+                                            drive)
+from models.decoders.sampling import make_generator
 
 
 @dataclass(frozen=True)
@@ -148,23 +150,11 @@ class _State:
                                        self.cache.kv(), self.forwards, self.row))
 
 
-def _ask(state: _State, request: Request) -> Generator[Request, Tensor, Tensor]:
-    """One network call on top of the row's cache (the call appends the request's tokens); returns its logits."""
-    logits = yield request
+def _ask(state: _State, request: Request) -> Generator[Request, Reply, Reply]:
+    """One network call on top of the row's cache (the call appends the request's tokens); returns its reads."""
+    reply = yield request
     state.forwards += 1
-    return logits
-
-
-def _probs_of(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Probability of each token under its own row of logits, in the logits' dtype."""
-    return torch.softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def _next_probs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """[..., n] tokens fed with their [..., n, V] logits -> [..., n-1]: the probability the output before each token
-    after the first gives it (the shifted read of verification). The first token is accepted by force wherever this
-    is read, so its row is never scored."""
-    return _probs_of(logits[..., :-1, :], tokens[..., 1:])
+    return reply
 
 
 def refusion_generate(network: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -224,28 +214,31 @@ def refusion_decode_rows(
         return []
     for prompt in prompts:
         _check_prompt(prompt)
+    device = prompts[0].device
+    flat = torch.cat(list(prompts)).tolist()  # every prompt read once, together
+    bounds = [0, *itertools.accumulate(p.shape[0] for p in prompts)]
+    host_prompts = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
     native = hasattr(model, "new_cache")
     batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
     capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
     outputs: list[RefusionTrace | None] = [None] * len(prompts)
     for members in batches:
-        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model)
+        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model, device)
         live = list(range(len(members)))
-        programs = [_row_program(prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i, on_commit)
-                    for j, i in enumerate(members)]
+        programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i,
+                                 on_commit, device) for j, i in enumerate(members)]
         results, nfe = drive(stepper, programs, live)
         for i, result, n in zip(members, results, nfe):
             outputs[i] = dataclasses.replace(result, nfe=n)
     return outputs  # type: ignore[return-value]
 
 
-def _row_program(prompt: torch.Tensor, cfg: RefusionConfig, cache: RowCache, row: int,
-                 on_commit: Callable[[CommitEvent], None] | None) -> RowProgram:
+def _row_program(prompt: list[int], cfg: RefusionConfig, cache: RowCache, row: int,
+                 on_commit: Callable[[CommitEvent], None] | None, device: torch.device) -> RowProgram:
     """The whole decode of one prompt, as requests for forwards; returns its ``RefusionTrace`` (nfe filled later)."""
-    prompt_len = prompt.shape[0]
-    generator = make_generator(cfg.seed, prompt.device) if cfg.temperature > 0 else None
-    state = _State(tokens=prompt.tolist(), positions=list(range(prompt_len)), cache=cache, row=row,
-                   on_commit=on_commit)
+    prompt_len = len(prompt)
+    generator = make_generator(cfg.seed, device) if cfg.temperature > 0 else None
+    state = _State(tokens=list(prompt), positions=list(range(prompt_len)), cache=cache, row=row, on_commit=on_commit)
     block_len = cfg.gen_length // cfg.serial_num_blocks
     for block in range(cfg.serial_num_blocks):
         start = prompt_len + block * block_len
@@ -259,39 +252,47 @@ def _row_program(prompt: torch.Tensor, cfg: RefusionConfig, cache: RowCache, row
     return _finish(state, prompt_len, cfg)
 
 
-def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: RefusionConfig,
-               generator: torch.Generator | None) -> Generator[Request, Tensor, tuple[list[int], bool]]:
-    """One plan + verify round (plus the in-slot loop if needed); returns the slots still masked and an EOS flag."""
-    ss, device = cfg.slot_size, prompt.device
-    n_slots = len(remaining)
-    slot_pos = torch.tensor(remaining, device=device)[:, None] + torch.arange(ss, device=device)  # [R, ss]
-    n_mask = n_slots * ss
-    base = len(state.tokens)
-
-    # (A) plan: unshifted MDM logits over every masked slot of the block (the first call also feeds the prompt).
-    ids = torch.full((n_mask,), cfg.mask_id, dtype=torch.long, device=device)
-    pos = slot_pos.view(-1)
+def _plan_request(prompt: list[int], state: _State, slot_pos: list[int], cfg: RefusionConfig,
+                  generator: torch.Generator | None) -> Request:
+    """Masks over every still-masked slot (the first call also feeds the prompt, whose logits are not read)."""
+    masks = [cfg.mask_id] * len(slot_pos)
+    reads = dict(draft=True, first_of=cfg.slot_size, temperature=cfg.temperature, generator=generator,
+                 slot_threshold=cfg.slot_threshold)
     if state.cache.length() == 0:
-        prompt_pos = torch.arange(prompt.shape[0], device=device)
-        request = Request(torch.cat([prompt, ids]), torch.cat([prompt_pos, pos]), keep=n_mask)
-    else:
-        request = Request(ids, pos)
-    logits = yield from _ask(state, request)
+        return Request(prompt + masks, list(range(len(prompt))) + slot_pos, keep=len(masks), **reads)
+    return Request(masks, slot_pos, **reads)
+
+
+def _slots(flat: list[int], size: int, chosen: list[int]) -> list[list[int]]:
+    return [flat[j * size:(j + 1) * size] for j in chosen]
+
+
+def _accepted_runs(accepted: list[bool], runs: int, size: int) -> list[list[bool]]:
+    """A verify read (every token but each run's first) as per-run flags, the first accepted by force."""
+    per = size - 1
+    return [[True, *accepted[r * per:(r + 1) * per]] for r in range(runs)]
+
+
+def _iteration(prompt: list[int], state: _State, remaining: list[int], cfg: RefusionConfig,
+               generator: torch.Generator | None) -> Generator[Request, Reply, tuple[list[int], bool]]:
+    """One plan + verify round (plus the in-slot loop if needed); returns the slots still masked and an EOS flag."""
+    ss, n_slots, base = cfg.slot_size, len(remaining), len(state.tokens)
+    slot_pos = [p + i for p in remaining for i in range(ss)]
+
+    # (A) plan: unshifted MDM logits over every masked slot of the block.
+    plan = yield from _ask(state, _plan_request(prompt, state, slot_pos, cfg, generator))
     state.cache.truncate(base)
-    draft = add_gumbel_noise(logits, cfg.temperature, generator).argmax(-1).view(n_slots, ss)
-    first_scores = _probs_of(logits.view(n_slots, ss, -1)[:, 0], draft[:, 0])  # the only probabilities read here
-    chosen_t = (first_scores > cfg.slot_threshold).nonzero().flatten()
-    if chosen_t.numel() == 0:
-        chosen_t = first_scores.argmax().view(1)
-    chosen = chosen_t.tolist()  # sorted: nonzero returns ascending indices
+    chosen = [j for j, ok in enumerate(plan.confident) if ok]
+    if not chosen:  # the single most confident slot (the first of equals, as argmax)
+        chosen = [max(range(n_slots), key=plan.confidence.__getitem__)]
     k = len(chosen)
 
     # (B) global verification of the concatenated drafts (shifted probabilities).
-    blocks, block_pos = draft[chosen_t], slot_pos[chosen_t]
-    logits = yield from _ask(state, Request(blocks.view(-1), block_pos.view(-1)))
-    accept = torch.ones(k, ss, dtype=torch.bool, device=device)  # a slot's first token is accepted by force
-    accept[:, 1:] = _next_probs(logits.view(k, ss, -1), blocks) > cfg.token_threshold
-    flat_tokens, flat_accept, flat_pos = torch.stack([blocks, accept.to(torch.long), block_pos]).view(3, -1).tolist()
+    blocks, block_pos = _slots(plan.tokens, ss, chosen), _slots(slot_pos, ss, chosen)
+    flat_tokens, flat_pos = sum(blocks, []), sum(block_pos, [])
+    verified = yield from _ask(state, Request(flat_tokens, flat_pos, verify=ss, token_threshold=cfg.token_threshold))
+    accept = _accepted_runs(verified.accepted, k, ss)
+    flat_accept = sum(accept, [])
     prefix = next((i for i, a in enumerate(flat_accept) if not a), len(flat_accept))
     eos_at = next((i for i in range(prefix) if flat_tokens[i] == cfg.eos_id), None)
     if eos_at is not None or prefix >= ss:
@@ -307,9 +308,9 @@ def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: R
 
     # (C) parallel in-slot completion of the chosen slots, on the one cache row.
     state.cache.truncate(base)
-    tags = accept.to(torch.long).cumprod(-1)
+    tags = [list(itertools.accumulate(a, lambda x, y: x and y)) for a in accept]
     rows, passes, eos_row = yield from _complete_slots(state, blocks, block_pos, tags, cfg)
-    flat = rows.view(-1).tolist()
+    flat = sum(rows, [])
     n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
     state.cache.truncate(base + n_keep)
     state.commit(flat[:n_keep], flat_pos[:n_keep], "parallel", ss)
@@ -320,8 +321,8 @@ def _iteration(prompt: torch.Tensor, state: _State, remaining: list[int], cfg: R
     return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_row is not None
 
 
-def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor, tags: torch.Tensor,
-                    cfg: RefusionConfig) -> Generator[Request, Tensor, tuple[torch.Tensor, int, int | None]]:
+def _complete_slots(state: _State, blocks: list[list[int]], block_pos: list[list[int]], tags: list[list[bool]],
+                    cfg: RefusionConfig) -> Generator[Request, Reply, tuple[list[list[int]], int, int | None]]:
     """Accept every chosen slot token by token, all slots at once; returns (slot tokens, passes, first EOS slot).
 
     After the committed buffer the cache row holds each slot's accepted prefix, slot by slot (``start`` entries
@@ -332,41 +333,43 @@ def _complete_slots(state: _State, blocks: torch.Tensor, block_pos: torch.Tensor
     moved behind their slot's prefix and the rest are dropped.
     """
     ss, base = cfg.slot_size, len(state.tokens)
-    rows = blocks.clone()
-    tags = tags.clone()
-    pos = block_pos
+    rows, tags, pos = [list(b) for b in blocks], [list(t) for t in tags], block_pos
     start, passes, eos_row, complete = 0, 0, None, False
     while not complete:
         if passes >= ss:
             raise RuntimeError("refusion: in-slot completion did not finish within slot_size passes")
-        n_rows, width = rows.shape[0], ss - start
-        window_tags = tags[:, start:]
-        known = window_tags.bool()
-        window_pos = pos[:, start:].reshape(-1)
-        masked = torch.where(known, rows[:, start:], cfg.mask_id)
-        logits = yield from _ask(state, Request(masked.reshape(-1), window_pos, width, base, start))
-        proposals = logits.view(n_rows, width, -1).argmax(-1)
+        n_rows, width = len(rows), ss - start
+        known = [t[start:] for t in tags]
+        window_pos = [p for r in pos for p in r[start:]]
+        masked = [tok if seen else cfg.mask_id for r, kn in zip(rows, known) for tok, seen in zip(r[start:], kn)]
+        where = dict(window=width, committed=base, owned=start)
+        drafted = yield from _ask(state, Request(masked, window_pos, draft=True, **where))
         state.cache.truncate(base + n_rows * start)  # the draft pass must leave nothing behind
-        window = torch.where(known, rows[:, start:], proposals)
-        rows[:, start:] = window
-        logits = yield from _ask(state, Request(window.reshape(-1), window_pos, width, base, start))
+        for r, (row, kn) in enumerate(zip(rows, known)):
+            row[start:] = [tok if seen else drafted.tokens[r * width + i]
+                           for i, (tok, seen) in enumerate(zip(row[start:], kn))]
+        window = [tok for row in rows for tok in row[start:]]
+        verified = yield from _ask(state, Request(window, window_pos, verify=width,
+                                                  token_threshold=cfg.token_threshold, **where))
         passes += 1
-        ok = torch.ones(n_rows, width, dtype=torch.bool, device=window.device)  # the first follows an accepted one
-        ok[:, 1:] = (_next_probs(logits.view(n_rows, width, -1), window) > cfg.token_threshold) | known[:, :-1]
-        new_tags = ok.to(torch.long).cumprod(-1)
-        tags[:, start:] = new_tags
-        has_eos = ((window == cfg.eos_id) & new_tags.bool()).any(-1)
-        host_eos, counts = torch.stack([has_eos.to(torch.long), new_tags.sum(-1)]).tolist()
+        passed = _accepted_runs(verified.accepted, n_rows, width)
+        counts, host_eos = [], []
+        for r, (ok, kn) in enumerate(zip(passed, known)):
+            ok = [ok[0], *(o or k for o, k in zip(ok[1:], kn[:-1]))]  # the first follows an accepted one
+            new_tags = list(itertools.accumulate(ok, lambda x, y: x and y))
+            tags[r][start:] = new_tags
+            counts.append(sum(new_tags))
+            host_eos.append(any(t == cfg.eos_id and a for t, a in zip(rows[r][start:], new_tags)))
         if any(host_eos):
-            eos_row = host_eos.index(1)
+            eos_row = host_eos.index(True)
             rows, tags, pos = rows[: eos_row + 1], tags[: eos_row + 1], pos[: eos_row + 1]
-            tags[eos_row] = 1  # the EOS slot is accepted whole; its tail is cut after the EOS at commit
+            tags[eos_row] = [True] * ss  # the EOS slot is accepted whole; its tail is cut after the EOS at commit
             counts = counts[: eos_row] + [width]
         complete = min(counts) == width
         new_start = start + min(counts) - (0 if complete else 1)
         fed = n_rows * start  # where this pass's windows begin in the tail
         gained = new_start - start  # window entries each slot keeps
-        index = [i for r in range(rows.shape[0])
+        index = [i for r in range(len(rows))
                  for i in (*range(r * start, (r + 1) * start), *range(fed + r * width, fed + r * width + gained))]
         state.cache.keep_tail(base, index)
         start = new_start

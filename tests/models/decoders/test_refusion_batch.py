@@ -161,7 +161,7 @@ def test_decoding_builds_no_autograd_graph():
 
 def naive_visibility(req: Request, length: int, width: int, key_len: int) -> list[list[bool]]:
     """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for the dense mask of ``request_windows``."""
-    n_new = req.ids.shape[0]
+    n_new = len(req.ids)
     window, committed, owned = (req.window, req.committed, req.owned) if req.window else (n_new, length, 1)
     rows = []
     for q in range(width):
@@ -186,13 +186,12 @@ def naive_visibility(req: Request, length: int, width: int, key_len: int) -> lis
 def test_dense_mask_follows_the_visibility_rule():
     """Rows in different phases (plain causal, in-slot windows with and without owned tail entries), different
     cache lengths and padding, against the rule evaluated entry by entry."""
-    reqs = [Request(torch.zeros(6, dtype=torch.long), torch.zeros(6, dtype=torch.long)),
-            Request(torch.zeros(8, dtype=torch.long), torch.zeros(8, dtype=torch.long), window=4, committed=9,
-                    owned=3),
-            Request(torch.zeros(9, dtype=torch.long), torch.zeros(9, dtype=torch.long), window=3, committed=5),
-            Request(torch.zeros(2, dtype=torch.long), torch.zeros(2, dtype=torch.long))]
+    reqs = [Request([0] * 6, [0] * 6),
+            Request([0] * 8, [0] * 8, window=4, committed=9, owned=3),
+            Request([0] * 9, [0] * 9, window=3, committed=5),
+            Request([0] * 2, [0] * 2)]
     lengths = [4, 15, 5, 20]
-    width = max(r.ids.shape[0] for r in reqs)
+    width = max(len(r.ids) for r in reqs)
     key_len = max(lengths) + width
     expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
     assert torch.equal(dense_mask(request_windows(reqs, lengths, width), torch.device("cpu")), expected)
