@@ -3,7 +3,8 @@ network forwards per forward, and host reads per forward, at several batch sizes
 
 Counts, not times: they are the same on any machine, and they say how a decode behaves on a GPU, where every op
 outside the forward is a kernel launch and every host read drains the queue. Each decoder decodes rotations of one
-prompt on a tiny random native network (ReFusion's wrapped so 90% of its tokens pass verification); every row's
+prompt on a tiny random native network (ReFusion's wrapped so 90% of its tokens pass verification, and once
+unwrapped: never confident, every slot completed token by token); every row's
 tokens at batch B are checked against the same row at the smallest batch size, so a batch changes no token.
 
 Targets (the same as tests/models/decoders/test_step_ops.py checks): host reads per forward <= 2 at every batch size;
@@ -72,6 +73,7 @@ NETWORKS: dict[str, Callable[[], torch.nn.Module]] = {
     "transformers-qwen3": transformers_qwen3,
     "qwen3": lambda: build_network(qwen3(), seed=0),
     "refusion": lambda: biased(build_network(qwen3(), seed=0), "90%", 4096, VOCAB, MASK),
+    "refusion-unsure": lambda: biased(build_network(qwen3(), seed=0), "random", 4096, VOCAB, MASK),
     "llada": lambda: build_network(dataclasses.replace(tiny_llada_config(VOCAB), d_model=64, n_layers=2,
                                                        mlp_hidden_size=128), seed=0),
     "dream": lambda: build_network(dataclasses.replace(tiny_dream_config(VOCAB), hidden_size=64, num_hidden_layers=2,
@@ -131,6 +133,7 @@ CASES = [
     *(Case(f"fastdllm-{kind} {mode}", kind, fastdllm(kind, mode))
       for kind in ("llada", "dream") for mode in ("prefix", "dual", "dual+parallel")),
     Case("refusion", "refusion", refusion),
+    Case("refusion never confident", "refusion-unsure", refusion),  # every slot completed token by token
     block("sdar static", "qwen3", BlockDiffusionConfig(block_length=4, denoising_steps=4, temperature=0)),
     block("trado dynamic", "qwen3", BlockDiffusionConfig(block_length=4, denoising_steps=4, temperature=0,
                                                               remasking="low_confidence_dynamic",

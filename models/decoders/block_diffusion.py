@@ -17,6 +17,13 @@ blocks (each row's prompt starts at column 0, so every row holds the same number
 prompt still covers the current block, or whose masks are all filled, idles through the batch's peeks, which leave
 its cache untouched, so its tokens are those it gets alone. Finished rows leave the batch and the cache.
 
+On an accelerator every read of a device value by the host waits for the queue to drain, so the host tracks what
+it can and reads the rest once where it must decide: the prompt lengths and each window's (sub-block's) masks at
+the start; after each step, each row's masks left in the window (not for the static rule, whose count the host
+knows; with ``eos_early_stop`` the same read names the rows that stopped); after each block, which rows hold an end
+of sequence; after a commit pass that set the next block's first token, that window's masks. (``block_forward``
+itself still tests on the host whether its entries lie in one block: its arguments cannot tell it.)
+
 The network is any module with ``new_cache(batch, capacity)`` and ``block_forward(ids, position_ids, cache,
 block_length, write)`` (the native Qwen3 and Qwen2 networks; docs/networks.md). docs/decoders.md describes the rules
 and where they depart from the published code.
@@ -122,10 +129,12 @@ class Proposal:
     probs: torch.Tensor  # [A, W, V] the distribution it came from (entropy_bounded and never_the_mask read it)
 
 
-def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws, masked: torch.Tensor | None) -> Proposal:
+def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws,
+            drawing: Sequence[int] | None) -> Proposal:
     """Greedy at temperature 0; otherwise SDAR's sampler: /T, top-k, top-p, softmax, one draw per position of the
-    window. With per-row generators only rows that still hold a mask draw, as they would alone (a row idling
-    through the batch's steps consumes nothing)."""
+    window. With per-row generators only the rows in ``drawing`` (those that still hold a mask, known on the host)
+    draw, as they would alone (a row idling through the batch's steps consumes nothing): a loop over rows, one
+    ``multinomial`` each, the price of per-row seeds. ``drawing`` is unused with a shared generator or greedy."""
     if cfg.temperature == 0:
         probs = F.softmax(logits, dim=-1)
         tokens = probs.argmax(dim=-1)
@@ -141,7 +150,7 @@ def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws, maske
         tokens = torch.multinomial(probs.reshape(-1, vocab), 1, generator=draws.shared).view(rows, width)
     else:
         tokens = probs.argmax(dim=-1)  # rows without a mask keep a placeholder nobody commits
-        for row in masked.any(dim=1).nonzero().view(-1).tolist():
+        for row in drawing:
             tokens[row] = torch.multinomial(probs[row], 1, generator=draws.rows[row]).view(width)
     return Proposal(tokens, probs.gather(-1, tokens[..., None]).squeeze(-1), probs)
 
@@ -200,22 +209,23 @@ def commit_rule(cfg: BlockDiffusionConfig, proposal: Proposal, masked: torch.Ten
 # ---- the decode -------------------------------------------------------------------------------------------------
 @dataclass
 class Rows:
-    """The rows still decoding: their canvas [A, T] (prompt at column 0), prompt lengths, last block index, where
-    their random numbers come from, and which input row each is."""
+    """The rows still decoding: their canvas [A, T] (prompt at column 0), prompt lengths, and on the host their last
+    block index and each window's masks left (``masks_left[a][w]``, window w = columns [w * sub, (w + 1) * sub));
+    where their random numbers come from, and which input row each is."""
 
     canvas: torch.Tensor
     prompt_lengths: torch.Tensor
-    last_block: torch.Tensor
+    last_block: list[int]
+    masks_left: list[list[int]]
     draws: Draws
     origin: list[int]
 
-    def keep(self, kept: torch.Tensor, cache: Any) -> "Rows":
-        """Only the ``kept`` rows, in the cache too (the rest do no more work)."""
-        index = kept.nonzero().view(-1).tolist()
+    def keep(self, index: list[int], cache: Any) -> "Rows":
+        """Only the rows at ``index``, in the cache too (the rest do no more work)."""
         cache.select_rows(index)
         draws = self.draws if self.draws.rows is None else Draws(None, tuple(self.draws.rows[i] for i in index))
-        return Rows(self.canvas[index], self.prompt_lengths[index], self.last_block[index], draws,
-                    [self.origin[i] for i in index])
+        return Rows(self.canvas[index], self.prompt_lengths[index], [self.last_block[i] for i in index],
+                    [self.masks_left[i] for i in index], draws, [self.origin[i] for i in index])
 
 
 def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, total: int,
@@ -229,6 +239,12 @@ def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, t
     prompt = input_ids.gather(1, (columns + (width - lengths)[:, None]).clamp(max=width - 1))
     canvas[:, :width] = torch.where(columns < lengths[:, None], prompt, mask_id)
     return canvas, lengths
+
+
+def _masks_per_window(canvas: torch.Tensor, mask_id: int, sub: int) -> list[list[int]]:
+    """Each row's masks in each window of ``sub`` columns (one read)."""
+    rows, width = canvas.shape
+    return (canvas == mask_id).view(rows, width // sub, sub).sum(dim=-1).tolist()
 
 
 @torch.no_grad()
@@ -248,13 +264,16 @@ class _BlockDecode:
     def __init__(self, network: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                  cfg: BlockDiffusionConfig, row_seeds: Sequence[int] | None) -> None:
         device = input_ids.device
-        n_rows, size, gen = input_ids.shape[0], cfg.block_length, cfg.gen_length
-        canvas, self.lengths = _right_align(input_ids, attention_mask, input_ids.shape[1] + gen + size, cfg.mask_id)
-        last_block = (self.lengths + gen - 1) // size  # every block up to the one holding the row's last token
-        self.total = int(last_block.max() + 1) * size
+        (n_rows, width), size, gen = input_ids.shape, cfg.block_length, cfg.gen_length
+        canvas, self.lengths = _right_align(input_ids, attention_mask, width + gen + size, cfg.mask_id)
+        self.host_lengths = [width] * n_rows if attention_mask is None else self.lengths.tolist()
+        last_block = [(n + gen - 1) // size for n in self.host_lengths]  # every block up to the row's last token
+        self.total = (max(last_block) + 1) * size
+        self.sub = cfg.sub_block_length or size
         self.canvas = canvas[:, :self.total].contiguous()
         draws = Draws.for_batch(cfg.seed, row_seeds if cfg.temperature > 0 else None, n_rows, device)
-        self.rows = Rows(self.canvas.clone(), self.lengths, last_block, draws, list(range(n_rows)))
+        masks_left = _masks_per_window(self.canvas, cfg.mask_id, self.sub)
+        self.rows = Rows(self.canvas.clone(), self.lengths, last_block, masks_left, draws, list(range(n_rows)))
         self.network, self.cfg, self.device = network, cfg, device
         self.cache = network.new_cache(n_rows, self.total)
         self.eos = torch.tensor(cfg.eos_ids, device=device)
@@ -265,19 +284,12 @@ class _BlockDecode:
 
     def run(self) -> DecodeOutput:
         cfg, size = self.cfg, self.cfg.block_length
-        prefill = int(self.lengths.min()) // size * size
+        prefill = min(self.host_lengths) // size * size
         if prefill and not cfg.fused_commit:
             self.first_token(self.forward(0, prefill, write=True), prefill)
         for block in range(prefill // size, self.total // size):
             start, end = block * size, (block + 1) * size
-            if self.decode_block(start, end):
-                break
-            rows = self.rows
-            generated = torch.arange(start, end, device=self.device)[None] >= rows.prompt_lengths[:, None]
-            stopped = (torch.isin(rows.canvas[:, start:end], self.eos) & generated).any(dim=1)
-            if not cfg.fused_commit and (cfg.commit_finished_block or not bool(stopped.all())):
-                self.first_token(self.forward(start, end, write=True), end)
-            if self.stop(stopped | (rows.last_block <= block)):
+            if self.decode_block(start, end) or self.finish_block(block, start, end):
                 break
         return _output(self.canvas, self.lengths, cfg.gen_length, cfg.eos_ids, self.nfe, self.row_nfe)
 
@@ -296,20 +308,42 @@ class _BlockDecode:
         return logits[:, start - low:]
 
     def first_token(self, logits: torch.Tensor, column: int) -> None:
-        """The next block's first token from this forward's last logit, for rows whose prompt ends before it."""
+        """The next block's first token from this forward's last logit, for rows whose prompt ends before it. The
+        argmax may be the mask id itself, so the window's masks are read back."""
         if self.cfg.first_token_from_commit and column < self.total:
-            canvas = self.rows.canvas
-            fill = self.rows.prompt_lengths <= column
-            canvas[:, column] = torch.where(fill, logits[:, -1].argmax(dim=-1), canvas[:, column])
+            rows, window = self.rows, column // self.sub  # column starts a block, so a window
+            fill = rows.prompt_lengths <= column
+            rows.canvas[:, column] = torch.where(fill, logits[:, -1].argmax(dim=-1), rows.canvas[:, column])
+            left = (rows.canvas[:, column:column + self.sub] == self.cfg.mask_id).sum(dim=1)
+            for row_left, n in zip(rows.masks_left, left.tolist()):
+                row_left[window] = n
 
-    def stop(self, done: torch.Tensor) -> bool:
+    def finish_block(self, block: int, start: int, end: int) -> bool:
+        """The block's commit forward (none with ``fused_commit``, nor when every row stopped and
+        ``commit_finished_block`` is off), then the rows done leave: those past their last block, known on the
+        host, and those whose block holds an end of sequence, read once (not at all when the host needs no
+        answer). True when no row is left."""
+        cfg, rows = self.cfg, self.rows
+        generated = torch.arange(start, end, device=self.device)[None] >= rows.prompt_lengths[:, None]
+        holds_eos = (torch.isin(rows.canvas[:, start:end], self.eos) & generated).any(dim=1)
+        commit_waits = not cfg.fused_commit and not cfg.commit_finished_block  # the commit depends on the answer
+        stopped = holds_eos.tolist() if commit_waits else None
+        if not cfg.fused_commit and (cfg.commit_finished_block or not all(stopped)):
+            self.first_token(self.forward(start, end, write=True), end)
+        done = [last <= block for last in rows.last_block]
+        if not all(done):
+            stopped = stopped if stopped is not None else holds_eos.tolist()
+            done = [past or eos for past, eos in zip(done, stopped)]
+        return self.stop(done)
+
+    def stop(self, done: list[bool]) -> bool:
         """Rows that are done leave the batch (their tokens kept); True when none is left."""
-        if not bool(done.any()):
+        if not any(done):
             return False
         self.canvas[self.rows.origin] = self.rows.canvas
-        if bool(done.all()):
+        if all(done):
             return True
-        self.rows = self.rows.keep(~done, self.cache)
+        self.rows = self.rows.keep([row for row, gone in enumerate(done) if not gone], self.cache)
         return False
 
     def decode_block(self, start: int, end: int) -> bool:
@@ -319,45 +353,60 @@ class _BlockDecode:
         if cfg.edit_threshold is not None:
             self.edit_block(start, end)
             return False
-        sub = cfg.sub_block_length or cfg.block_length
-        for low in range(start, end, sub):
-            window = slice(low - start, low - start + sub)
-            while True:
-                current = self.rows.canvas[:, low:low + sub]
+        for low in range(start, end, self.sub):
+            window, columns = low // self.sub, slice(low - start, low - start + self.sub)
+            while any(row_left[window] for row_left in self.rows.masks_left):
+                current = self.rows.canvas[:, low:low + self.sub]
                 masked = current == cfg.mask_id
-                if not bool(masked.any()):
-                    break
                 logits = self.forward(start, end, write=False)
                 if cfg.logit_shift:
                     logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
-                proposal = propose(logits[:, window], cfg, self.rows.draws, masked)
+                drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
+                proposal = propose(logits[:, columns], cfg, self.rows.draws, drawing)
                 chosen = commit_rule(cfg, proposal, masked, step, self.schedule)
                 tokens = never_the_mask(proposal, cfg.mask_id)
-                self.rows.canvas[:, low:low + sub] = torch.where(chosen, tokens, current)
-                step += 1
+                updated = torch.where(chosen, tokens, current)
+                self.rows.canvas[:, low:low + self.sub] = updated
+                stopped = None
                 if cfg.eos_early_stop:
                     committed_eos = chosen & torch.isin(tokens, self.eos)
-                    if self.stop(_complete_to_eos(self.rows, end, self.eos, cfg.mask_id, committed_eos)):
-                        return True
+                    stopped = _complete_to_eos(self.rows, end, self.eos, cfg.mask_id, committed_eos)
+                if self.count_masks(window, step, updated, stopped):
+                    return True
+                step += 1
         return False
 
+    def count_masks(self, window: int, step: int, updated: torch.Tensor, stopped: torch.Tensor | None) -> bool:
+        """Each row's masks left in ``window`` (now ``updated``) after ``step``. The static rule's are known on the
+        host (a row commits exactly min(its masks, the step's count): ``commit_rule`` caps the count and
+        ``never_the_mask`` never commits the mask id); any other rule's are read, in the same read as the rows
+        ``stopped`` mid-block (``eos_early_stop``; read as -1), which leave. True when every row has stopped."""
+        cfg, rows = self.cfg, self.rows
+        if cfg.remasking == "low_confidence_static" and stopped is None:
+            want = self.schedule[min(step, len(self.schedule) - 1)]
+            for row_left in rows.masks_left:
+                row_left[window] = max(row_left[window] - want, 0)
+            return False
+        left = (updated == cfg.mask_id).sum(dim=1)
+        counts = (left if stopped is None else torch.where(stopped, -1, left)).tolist()
+        for row_left, n in zip(rows.masks_left, counts):
+            row_left[window] = n
+        return self.stop([n < 0 for n in counts])
 
     def edit_block(self, start: int, end: int) -> None:
         """LLaDA2.1's joint threshold (mask-to-token and token-to-token, as SGLang's ``JointThreshold`` runs it):
         each step fills masks by ``commit_rule`` and re-takes every generated token of the block whose proposal
         differs with confidence above ``edit_threshold``. A row is done when a step changes nothing, or after
-        ``max_post_edit_steps`` steps with no mask left."""
+        ``max_post_edit_steps`` steps with no mask left; whether all are is read once per step."""
         cfg, rows = self.cfg, self.rows
         columns = torch.arange(start, end, device=self.device)[None]
         editable = columns >= rows.prompt_lengths[:, None]
         done = torch.zeros(len(rows.origin), dtype=torch.bool, device=self.device)
         post_steps = torch.zeros_like(done, dtype=torch.long)
         for step in range(cfg.block_length + cfg.max_post_edit_steps):
-            if bool(done.all()):
-                return
             current = rows.canvas[:, start:end]
             masked = current == cfg.mask_id
-            proposal = propose(self.forward(start, end, write=False), cfg, rows.draws, masked)
+            proposal = propose(self.forward(start, end, write=False), cfg, rows.draws, None)  # greedy: no draws
             tokens = never_the_mask(proposal, cfg.mask_id)
             filled = ~masked.any(dim=1)
             post_steps += (filled & ~done).long()
@@ -367,6 +416,8 @@ class _BlockDecode:
             change = (fill | edit) & ~done[:, None]
             done |= ~change.any(dim=1)
             rows.canvas[:, start:end] = torch.where(change, tokens, current)
+            if bool(done.all()):
+                return
 
 
 def _complete_to_eos(rows: Rows, end: int, eos: torch.Tensor, mask_id: int,
