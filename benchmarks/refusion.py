@@ -8,16 +8,22 @@ Sections:
      its own network class (``--reference PATH`` to a checkout of it, run by ``--reference-python`` in an
      environment it imports in, through benchmarks/refusion_reference.py; the row is skipped, with the reason, when
      absent or not importable);
-  2. time per generated token at each canvas for the three acceptance regimes;
+  2. time per generated token and per forward at each canvas for the three acceptance regimes, batch 1: ReFusion
+     with the serial block size held fixed (``--serial-block``, default 128: a longer canvas adds serial blocks, as
+     the paper's settings do, 512 tokens in 4 to 64 of them) beside the AR decoder (models/decoders/ar.py) on
+     transformers' Qwen3ForCausalLM from the same checkpoint in the same regime wrapper, in the same interleaved
+     rounds; then ReFusion in two serial blocks at every canvas (a longer canvas means larger blocks);
   3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
      of each size;
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
      time in the attention kernel and in matrix products, against the time of every op, at each batch size; then
      one forward of a batch-1 forward's width timed alone (no profiler) at each batch size: the gain batching the
-     network itself gives, the ceiling of section 3's.
+     network itself gives, the ceiling of section 3's, with section 3's batch-8 speed-up as a fraction of it.
 
-    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--batches 1 4 8 16] [--rounds 3] [--sections 1 2 3 4]
-                                  [--reference PATH [--reference-python PY]]
+The targets close the run: each ratio against its bound, PASS or FAIL, or why it was not measured.
+
+    python benchmarks/refusion.py [--canvas 128 256 512 1024] [--serial-block 128] [--batches 1 4 8 16] [--rounds 3]
+                                  [--sections 1 2 3 4] [--reference PATH [--reference-python PY]]
 """
 
 from __future__ import annotations
@@ -31,15 +37,18 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from models.decoders.ar import ARConfig, ar_generate
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
 from harness.timing.forward_timer import ForwardTimer
 from harness.timing.clock import timed
-from refusion_cases import NO_EOS, biased, make_prompts
+from refusion_cases import NO_EOS, REGIMES, biased, make_prompts
 from refusion_published import PublishedUnavailable, PublishedWorker
 
 TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
+FORWARD_GROWTH = 1.1  # ReFusion's time per forward (fixed serial blocks), largest canvas over smallest, over AR's
+CEILING_SHARE = 0.8  # section 3's batch-8 speed-up over section 4's one-forward-alone gain at batch 8
 
 
 def networks(regime: str, max_pos: int, args):
@@ -125,28 +134,110 @@ def section_reference(args) -> float | None:
     return total["project, native network"] / total["published decoder"]
 
 
-def section_canvas(args) -> float:
-    print("\n## 2. time per generated token (ms), native network, batch 1")
-    print("  regime    " + "".join(f"{c:>22d}" for c in args.canvas))
-    per_token = {}
-    for regime in ("all", "90%", "random"):
-        native, _, mask_id = networks(regime, 4096, args)
-        prompt = make_prompts(1, args.device)[0]
-        cfgs = {c: RefusionConfig(gen_length=c, slot_size=8, serial_num_blocks=2, mask_id=mask_id, eos_id=NO_EOS)
-                for c in args.canvas}
-        times = {c: [] for c in args.canvas}
-        for c in args.canvas:
-            refusion_decode_row(native, prompt[None], cfgs[c])  # warm-up
-        for _ in range(args.rounds):
-            for c in args.canvas:
-                _, seconds = timed(torch.device(args.device),
-                                   lambda: refusion_decode_row(native, prompt[None], cfgs[c]))
-                times[c].append(seconds / c * 1e3)
-        per_token[regime] = {c: statistics.median(t) for c, t in times.items()}
-        cells = "".join(f"{statistics.median(t):9.3f} [{min(t):.2f}-{max(t):.2f}]" for t in times.values())
-        print(f"  {regime:8s}{cells}")
+ROWS = ("refusion", "ar")  # section 2's fixed-block table: ReFusion and the AR decoder, alternated within a round
+
+
+def fixed_block_config(canvas: int, args, mask_id: int) -> RefusionConfig | None:
+    """ReFusion at ``canvas`` in serial blocks of ``--serial-block`` tokens, or None where the canvas does not split
+    into whole blocks."""
+    if canvas % args.serial_block:
+        return None
+    return RefusionConfig(gen_length=canvas, slot_size=8, serial_num_blocks=canvas // args.serial_block,
+                          mask_id=mask_id, eos_id=NO_EOS)
+
+
+def cell(times: list[float], digits: int = 3) -> str:
+    return f"{statistics.median(times):9.3f} [{min(times):.{digits}f}-{max(times):.{digits}f}]"
+
+
+def section_canvas(args) -> dict[str, float | None]:
+    """Batch 1, one prompt, each regime: ReFusion with the serial block size held fixed (a longer canvas adds serial
+    blocks) and the AR decoder on transformers' network from the same checkpoint, in the same regime wrapper, at the
+    same canvases; then ReFusion in two serial blocks at every canvas (a longer canvas means larger blocks). Every
+    decode of a regime is timed in the same interleaved rounds (canvases and decoders alternate; the order of the
+    decoders flips every other round). Forwards are counted on the warm-up decode (greedy decodes: the same every
+    round). Returns the ratios the targets read: time per forward at the largest canvas over the smallest, ReFusion's
+    (fixed blocks) over AR's, by regime; and the two-block per-token growth at 90%."""
+    device = torch.device(args.device)
     lo, hi = min(args.canvas), max(args.canvas)
-    return per_token["90%"][hi] / per_token["90%"][lo]
+    fixed = [c for c in args.canvas if c % args.serial_block == 0]
+    ratios: dict[str, float | None] = {}
+    tables: dict[str, dict[tuple[str, int], tuple[int, list[float]]]] = {}
+    prompt = make_prompts(1, args.device)[0][None]
+    ones = torch.ones_like(prompt)
+    for regime in REGIMES:
+        native, hf, mask_id = networks(regime, 4096, args)
+        runs: dict[tuple[str, int], tuple[torch.nn.Module, Callable[[], list[int]]]] = {}
+        for c in args.canvas:
+            two = RefusionConfig(gen_length=c, slot_size=8, serial_num_blocks=2, mask_id=mask_id, eos_id=NO_EOS)
+            runs["two blocks", c] = native, lambda cfg=two: refusion_decode_row(native, prompt, cfg).token_ids
+            cfg = fixed_block_config(c, args, mask_id)
+            if cfg is None:
+                continue
+            runs["refusion", c] = native, lambda cfg=cfg: refusion_decode_row(native, prompt, cfg).token_ids
+            ar_cfg = ARConfig(max_new_tokens=c, eos_ids=(NO_EOS,), pad_id=0)
+            runs["ar", c] = hf, lambda cfg=ar_cfg: ar_generate(hf, prompt, ones, cfg).rows[0].token_ids
+        forwards = {}
+        for (row, c), (network, decode) in runs.items():  # warm-up, counting the network's calls
+            with ForwardTimer(network.inner, device) as counter:
+                filled = len(decode())
+            if filled != c:
+                raise RuntimeError(f"section 2, {regime}, {row}: {filled} tokens at canvas {c} (NO_EOS fills it)")
+            forwards[row, c] = counter.calls
+        times: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+        for r in range(args.rounds):
+            order = ROWS + ("two blocks",) if r % 2 == 0 else ("two blocks",) + ROWS[::-1]
+            for c in args.canvas:
+                for row in order:
+                    if (row, c) in runs:
+                        times[row, c].append(timed(device, runs[row, c][1])[1])
+        tables[regime] = {key: (forwards[key], times[key]) for key in runs}
+        per_forward = {key: statistics.median(t) / forwards[key] for key, t in times.items()}
+        if len(fixed) >= 2:
+            growth = {row: per_forward[row, max(fixed)] / per_forward[row, min(fixed)] for row in ROWS}
+            ratios[f"fixed {regime}"] = growth["refusion"] / growth["ar"]
+        else:
+            ratios[f"fixed {regime}"] = None
+        if regime == "90%":
+            ratios["two blocks 90%"] = statistics.median(times["two blocks", hi]) / hi / (
+                statistics.median(times["two blocks", lo]) / lo)
+
+    print(f"\n## 2. time per generated token and per forward (ms), batch 1, one prompt of {prompt.shape[1]} ids, "
+          f"medians [min-max] of {args.rounds} interleaved rounds")
+    print(f"   ReFusion in serial blocks of {args.serial_block} tokens (slots of 8): a longer canvas adds serial "
+          "blocks (the paper's settings: 512 tokens in 4 to 64)")
+    print("   on the native network; AR = models.decoders.ar.ar_generate (greedy, KV cache, one forward per token) on "
+          "transformers' Qwen3ForCausalLM")
+    print("   built from the same tiny-refusion checkpoint, in the same regime wrapper (benchmarks/refusion_cases.py), "
+          "so the logits cost alike")
+    if len(fixed) < len(args.canvas):
+        print(f"   canvases {', '.join(str(c) for c in args.canvas if c not in fixed)}: not a multiple of "
+              f"--serial-block {args.serial_block}, only in the two-block table")
+    print(f"  {'regime':8s} {'decoder':9s} {'canvas':>6s} {'blocks':>6s} {'forwards':>8s}"
+          f" {'ms/token [min-max]':>26s} {'ms/forward [min-max]':>26s}")
+    for regime, table in tables.items():
+        for row in ROWS:
+            for c in fixed:
+                calls, t = table[row, c]
+                blocks = f"{c // args.serial_block:6d}" if row == "refusion" else f"{'-':>6s}"
+                print(f"  {regime:8s} {row:9s} {c:6d} {blocks} {calls:8d} {cell([s / c * 1e3 for s in t]):>26s}"
+                      f" {cell([s / calls * 1e3 for s in t]):>26s}")
+        if len(fixed) >= 2:
+            a, b = min(fixed), max(fixed)
+            growth = {row: statistics.median(table[row, b][1]) / table[row, b][0]
+                      / (statistics.median(table[row, a][1]) / table[row, a][0]) for row in ROWS}
+            print(f"  {regime:8s} time per forward {b}/{a}: ReFusion x{growth['refusion']:.2f}, "
+                  f"AR x{growth['ar']:.2f}; ReFusion's growth / AR's = {ratios[f'fixed {regime}']:.2f}")
+
+    print("\n   the same with two serial blocks at every canvas (a longer canvas means larger blocks), ReFusion, "
+          "native network: time per generated token (ms), then per forward")
+    print("  regime    " + "".join(f"{c:>22d}" for c in args.canvas))
+    for regime, table in tables.items():
+        two = {c: table["two blocks", c] for c in args.canvas}
+        print(f"  {regime:8s}" + "".join(cell([s / c * 1e3 for s in two[c][1]], 2) for c in args.canvas))
+        print(f"  {'  /fwd':8s}" + "".join(cell([s / two[c][0] * 1e3 for s in two[c][1]], 2) for c in args.canvas))
+        print(f"  {'  fwds':8s}" + "".join(f"{two[c][0]:9d}{'':12s}" for c in args.canvas))
+    return ratios
 
 
 def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[[int], None]]:
@@ -201,9 +292,10 @@ def op_ms(events, own: str, names: tuple[str, ...] | None = None) -> float:
     return sum(getattr(e, own) for e in events if names is None or any(n in e.key for n in names)) / 1e3
 
 
-def section_profile(args) -> float | None:
+def section_profile(args, speedup: float | None) -> float | None:
     """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here.
-    Returns ``forward_gain``'s gain at batch 8."""
+    Then ``forward_gain``'s ceiling, with section 3's batch-8 speed-up over batch 1 (``speedup``, when section 3
+    ran) as a fraction of it beside it. Returns the gain at batch 8 over batch 1 (None without both)."""
     native, prompts, run = batch_workload(args)
     fed = {"calls": 0, "tokens": 0}
 
@@ -235,8 +327,17 @@ def section_profile(args) -> float | None:
         print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {attention / calls:11.2f} {matmul:7.1f} "
               f"{every:7.1f}")
     width = round(statistics.median(r[1] / r[0] for r in rows[args.batches[0]]))
-    return forward_gain(native.inner, width, round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2,
-                        args).get(8)
+    gain = forward_gain(native.inner, width, round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2,
+                        args)
+    if 8 not in gain or 1 not in gain:
+        return None
+    ceiling = gain[8] / gain[1]
+    if speedup is None:
+        print(f"  ceiling at batch 8: x{ceiling:.2f} (section 3 did not run: no fraction of it to give)")
+    else:
+        print(f"  ceiling at batch 8: x{ceiling:.2f}; section 3's batch-8 tokens/s x{speedup:.2f} over batch 1 = "
+              f"{speedup / ceiling:.2f} of it (target >= {CEILING_SHARE})")
+    return ceiling
 
 
 def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dict[int, float]:
@@ -277,6 +378,8 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canvas", type=int, nargs="+", default=[128, 256, 512, 1024])
+    parser.add_argument("--serial-block", type=int, default=128,
+                        help="section 2's fixed serial block size in tokens (a multiple of the slot size, 8)")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--batch-canvas", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=3)
@@ -291,30 +394,48 @@ def main() -> None:
     parser.add_argument("--sections", type=int, nargs="+", default=[1, 2, 3],
                         help="which sections to run (4: a profile of section 3)")
     args = parser.parse_args()
+    if args.serial_block < 8 or args.serial_block % 8:
+        parser.error(f"--serial-block must be a positive multiple of the slot size 8, got {args.serial_block}")
     torch.set_num_threads(args.threads)
     print(f"# ReFusion benchmark: tiny-refusion, {args.dtype}, {args.device}, {args.threads} thread(s), "
           f"{args.rounds} rounds")
     with torch.no_grad():
         reference = section_reference(args) if 1 in args.sections else None
-        canvas = section_canvas(args) if 2 in args.sections else None
+        canvas = section_canvas(args) if 2 in args.sections else {}
         batch, network_alone = section_batch(args) if 3 in args.sections else (None, None)
-        ratios = {"wall vs published (all canvases)": reference, "per-token 1024/128 at 90%": canvas,
-                  "batch 8 / batch 1 tokens/s": batch}
-        forward_alone = section_profile(args) if 4 in args.sections else None
+        ceiling = section_profile(args, batch) if 4 in args.sections else None
+    lo, hi = min(args.canvas), max(args.canvas)
+    fixed = [c for c in args.canvas if c % args.serial_block == 0]
+    growth = f"{max(fixed)}/{min(fixed)}" if len(fixed) >= 2 else f"{hi}/{lo}"
+    has_1_8 = 1 in args.batches and 8 in args.batches
+    # (name, value, ">=" or "<=", bound, why not measured)
+    targets = [
+        ("wall vs published (all canvases)", reference, "<=", TARGETS["wall vs published (all canvases)"],
+         "not measured" if 1 in args.sections else "not measured (run --sections 1 with --reference)"),
+        (f"per-token {hi}/{lo} at 90% (two blocks)", canvas.get("two blocks 90%"), "<=",
+         TARGETS["per-token 1024/128 at 90%"], "not measured (run --sections 2)"),
+    ]
+    for regime in REGIMES:
+        targets.append((f"per-forward {growth} over AR's, {regime}", canvas.get(f"fixed {regime}"), "<=",
+                        FORWARD_GROWTH,
+                        "not measured (run --sections 2)" if 2 not in args.sections else
+                        f"not measured (needs two canvases that are multiples of --serial-block {args.serial_block})"))
+    batch_why = "not measured (needs --batches with 1 and 8)" if not has_1_8 else "not measured (run --sections 3)"
+    targets.append(("batch 8 / batch 1 tokens/s", batch, ">=", TARGETS["batch 8 / batch 1 tokens/s"], batch_why))
+    share = batch / ceiling if batch is not None and ceiling is not None else None
+    targets.append(("batch 8 / one-forward ceiling", share, ">=", CEILING_SHARE,
+                    batch_why if not has_1_8 else "not measured (run --sections 3 4)"))
     print("\n## targets")
-    for name, value in ratios.items():
-        target = TARGETS[name]
+    for name, value, op, bound, why in targets:
         if value is None:
-            print(f"  {name:28s} not measured")
+            print(f"  {name:40s} {why}")
             continue
-        ok = value <= target if name != "batch 8 / batch 1 tokens/s" else value >= target
-        print(f"  {name:28s} {value:6.2f} (target {'<=' if name != 'batch 8 / batch 1 tokens/s' else '>='} {target})"
-              f"  {'PASS' if ok else 'FAIL'}")
+        ok = value >= bound if op == ">=" else value <= bound
+        print(f"  {name:40s} {value:6.2f} (target {op} {bound})  {'PASS' if ok else 'FAIL'}")
     if network_alone is not None:
-        print(f"  {'(its network forwards alone)':28s} {network_alone:6.2f}")
-    if forward_alone is not None:
-        print(f"  {'(one forward alone, batch 8)':28s} {forward_alone:6.2f}")
-
+        print(f"  {'(its network forwards alone)':40s} {network_alone:6.2f}")
+    if ceiling is not None:
+        print(f"  {'(one forward alone, batch 8)':40s} {ceiling:6.2f}")
 
 if __name__ == "__main__":
     main()
