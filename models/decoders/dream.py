@@ -22,13 +22,15 @@ from models.decoders.sampling import (
     as_logits,
     check_inputs,
     dream_timesteps,
-    dream_transfer_count,
+    dream_masks_and_count,
     margin_confidence,
+    mask_order,
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
     row_starts,
     sample_categorical,
+    spread,
     top_k_filter,
     top_p_filter,
 )
@@ -117,11 +119,17 @@ def dream_sample_tokens(
     return conf, tokens
 
 
-def masked_logits(logits: torch.Tensor, mask_index: torch.Tensor) -> torch.Tensor:
-    """The right-shifted logits of the masked positions only, [N, V] in row-major order: position i is scored by
-    the output at i-1, position 0 by its own. Equals ``shifted[mask_index]`` without shifting the whole tensor."""
-    rows, columns = mask_index.nonzero(as_tuple=True)
-    return logits[rows, (columns - 1).clamp_min(0)]
+def shifted_sources(batch: int, length: int, device: torch.device | str) -> torch.LongTensor:
+    """For each flat canvas index of a [batch, length] canvas, the flat row of [batch * length, V] logits that
+    scores it: position i by the output at i-1, position 0 by its own."""
+    flat = torch.arange(batch * length, device=device)
+    return flat - (flat % length != 0).long()
+
+
+def masked_logits(logits: torch.Tensor, order: torch.LongTensor, sources: torch.LongTensor) -> torch.Tensor:
+    """The right-shifted logits of the masks at flat canvas indices ``order`` (``mask_order``), [N, V] in row-major
+    order: ``shifted[mask_index]`` without shifting the whole tensor or waiting for ``nonzero``."""
+    return logits.reshape(-1, logits.shape[-1])[sources[order]]
 
 
 def padding_inputs(
@@ -142,25 +150,24 @@ _CONFIDENCE_OF_ALG = {"maskgit_plus": "max_prob", "topk_margin": "margin", "entr
 
 def _origin_step(
     x: torch.Tensor,
-    mask_index: torch.Tensor,
+    order: torch.LongTensor,  # the masks' flat indices (mask_order)
     logits: torch.Tensor,  # the masks' logits, [N, V]
     p_transfer: torch.Tensor | float,
     cfg: DreamConfig,
     generator: torch.Generator,
 ) -> torch.Tensor:
-    """Each mask is unmasked independently with probability p_transfer, its value drawn by ``sample_tokens``."""
-    proposals = torch.full((int(mask_index.sum()),), cfg.mask_id, dtype=torch.long, device=x.device)
+    """Each mask is unmasked independently with probability p_transfer, its value drawn by ``sample_tokens``.
+    A sampling path: which masks are drawn sets the next draws' shapes, so it reads ``chosen`` back."""
+    proposals = torch.full(order.shape, cfg.mask_id, dtype=torch.long, device=x.device)
     chosen = torch.rand(proposals.shape, device=x.device, generator=generator) < p_transfer
     _, tokens = dream_sample_tokens(logits[chosen], cfg, "max_prob", generator)
     proposals[chosen] = tokens
-    x = x.clone()
-    x[mask_index] = proposals
-    return x
+    return x.reshape(-1).scatter(0, order, proposals).view(x.shape)
 
 
 def _confidence_step(
     x: torch.Tensor,
-    mask_index: torch.Tensor,
+    order: torch.LongTensor,  # the masks' flat indices (mask_order)
     logits: torch.Tensor,  # the masks' logits, [N, V]
     count: int,
     cfg: DreamConfig,
@@ -170,28 +177,28 @@ def _confidence_step(
     conf, tokens = dream_sample_tokens(logits, cfg, _CONFIDENCE_OF_ALG[cfg.alg], generator)
     if count <= 0:
         return x
-    full_conf = torch.full(x.shape, float("-inf"), dtype=logits.dtype, device=x.device)
-    full_conf[mask_index] = conf
+    full_conf = spread(conf, order, x.shape, float("-inf"))
     if cfg.alg_temp is None or cfg.alg_temp == 0:
         chosen = torch.topk(full_conf, count, dim=-1).indices
     else:
         weights = F.softmax(full_conf / cfg.alg_temp, dim=-1)
         chosen = torch.multinomial(weights, num_samples=count, generator=generator)
-    proposals = torch.full_like(x, cfg.mask_id)
-    proposals[mask_index] = tokens
+    proposals = spread(tokens, order, x.shape, cfg.mask_id)
     return x.scatter(1, chosen, proposals.gather(1, chosen))
 
 
 def _row_by_row(step: Callable[..., torch.Tensor], x: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
                 generators: Sequence[torch.Generator], starts: list[int]) -> torch.Tensor:
     """One step on each row alone, on its real positions with its own generator: the draws it would make alone.
-    ``logits`` are the masks' logits in row-major order, so each row's are one contiguous run."""
+    ``logits`` are the masks' logits in row-major order, so each row's are one contiguous run. A sampling path: it
+    reads each row's mask count back, which the batched path does not need."""
     x = x.clone()
     ends = mask_index.sum(dim=1).cumsum(0).tolist()
     for row, (generator, start) in enumerate(zip(generators, starts)):
         part = slice(row, row + 1), slice(start, None)
-        first = ends[row] - int(mask_index[part].sum())  # masks inside the padding are not the row's
-        x[part] = step(x[part], mask_index[part], logits[first:ends[row]], generator=generator)
+        masks = int(mask_index[part].sum())  # masks inside the padding are not the row's
+        order = mask_order(mask_index[part], masks)
+        x[part] = step(x[part], order, logits[ends[row] - masks:ends[row]], generator=generator)
     return x
 
 
@@ -217,19 +224,21 @@ def dream_generate(
     x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
     mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
     timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
+    sources = shifted_sources(batch, x.shape[1], device)
     for i in range(cfg.steps):
         mask_index = x == cfg.mask_id
-        logits = masked_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)), mask_index)
         t, s = timesteps[i], timesteps[i + 1]
         last = i == cfg.steps - 1
+        masks, count = dream_masks_and_count(mask_index, t, s, last)  # the step's one host read
+        order = mask_order(mask_index, masks)
+        logits = masked_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)), order, sources)
         if cfg.alg == "origin":
             p_transfer = 1.0 if last else 1 - s / t
             step = functools.partial(_origin_step, p_transfer=p_transfer, cfg=cfg)
         else:
-            count = dream_transfer_count(mask_index, t, s, last)
             step = functools.partial(_confidence_step, count=count, cfg=cfg)
         if draws.rows is None:
-            x = step(x, mask_index, logits, generator=draws.shared)
+            x = step(x, order, logits, generator=draws.shared)
         else:
             x = _row_by_row(step, x, mask_index, logits, draws.rows, starts)
     return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
-from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_transfer_counts,
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_step_counts,
                                       row_starts)
 
 Network = Callable[..., Any]
@@ -141,7 +141,8 @@ def _row_proposals_and_confidence(
     columns: slice,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``_proposals_and_confidence`` row by row, each on its real positions with its own generator: a row's draws
-    are those it would make alone. Padding inside ``columns`` keeps its token and gets confidence -inf."""
+    are those it would make alone. Padding inside ``columns`` keeps its token and gets confidence -inf. A loop over
+    rows (their launches grow with the batch), the price of per-row seeds; greedy decodes score the batch at once."""
     x0, confidence = x[:, columns].clone(), None
     for row, (generator, start) in enumerate(zip(generators, starts)):
         first = max(columns.start, start)
@@ -151,6 +152,23 @@ def _row_proposals_and_confidence(
             confidence = torch.full(x0.shape, float("-inf"), dtype=row_conf.dtype, device=x.device)
         x0[row, first - columns.start:], confidence[row, first - columns.start:] = row_x0[0], row_conf[0]
     return x0, confidence
+
+
+def _commit(
+    x: torch.Tensor, x0: torch.Tensor, confidence: torch.Tensor, open_masks: torch.Tensor, columns: slice, count: int
+) -> torch.Tensor:
+    """The new tokens of ``columns``: each row's ``count`` most confident open masks take their proposals.
+
+    As in the reference, ``topk`` sees whole canvas rows with -inf off the open masks (its pick among equal
+    confidences depends on the row it is given, so the rows are not cut to ``columns``), and one batched call picks
+    in each row what the reference's call on that row picks. ``count`` is the batch's, known to the host: every
+    row's block is all masks when the block starts (steps write only up to its end), so every row has the schedule
+    of ``block_length`` masks. Picks off the open masks change nothing, as there.
+    """
+    full = torch.full(x.shape, float("-inf"), dtype=confidence.dtype, device=x.device)
+    full[:, columns] = torch.where(open_masks, confidence, float("-inf"))
+    chosen = torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter_(1, torch.topk(full, count).indices, True)
+    return torch.where(chosen[:, columns] & open_masks, x0, x[:, columns])
 
 
 def _first_open_column(earlier_masks: torch.Tensor, start: int) -> int:
@@ -189,31 +207,21 @@ def llada_generate(
 
     num_blocks = cfg.gen_length // cfg.block_length
     steps_per_block = cfg.steps // num_blocks
+    counts = llada_step_counts(cfg.block_length, steps_per_block)  # see _commit: the same in every block and row
     nfe = 0
     for block in range(num_blocks):
         start = prompt_len + block * cfg.block_length
         end = start + cfg.block_length
-        counts = llada_transfer_counts((x[:, start:end] == cfg.mask_id).sum(dim=1), steps_per_block)
         columns = slice(_first_open_column(x[:, :start] == cfg.mask_id, start), end)
         for step in range(steps_per_block):
-            mask_index = x == cfg.mask_id
+            open_masks = x[:, columns] == cfg.mask_id
             logits = _forward(network, x, attention_mask, prompt_index, cfg)
             nfe += 1
             if draws.rows is None:
-                x0_open, confidence_open = _proposals_and_confidence(logits, cfg, draws.shared, columns)
+                x0, confidence = _proposals_and_confidence(logits, cfg, draws.shared, columns)
             else:
-                x0_open, confidence_open = _row_proposals_and_confidence(logits, x, cfg, draws.rows, starts, columns)
-            x0 = x.clone()
-            x0[:, columns] = x0_open
-            confidence = torch.full(x.shape, float("-inf"), dtype=confidence_open.dtype, device=device)
-            confidence[:, columns] = confidence_open
-            confidence = torch.where(mask_index, confidence, torch.full_like(confidence, float("-inf")))
-            x0 = torch.where(mask_index, x0, x)
-            transfer = torch.zeros_like(mask_index)
-            for row in range(batch):
-                chosen = torch.topk(confidence[row], k=int(counts[row, step])).indices
-                transfer[row, chosen] = True
-            x = torch.where(transfer, x0, x)
+                x0, confidence = _row_proposals_and_confidence(logits, x, cfg, draws.rows, starts, columns)
+            x[:, columns] = _commit(x, x0, confidence, open_masks, columns, counts[step])
     return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id])
 
 

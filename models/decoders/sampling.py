@@ -7,6 +7,7 @@ decoders stay reproducible and each piece can be tested against a hand computati
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -184,3 +185,41 @@ def dream_transfer_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Ten
     if last:
         return int(mean_masks)
     return int(mean_masks * (1 - s / t))
+
+
+def llada_step_counts(masks: int, steps: int) -> list[int]:
+    """``llada_transfer_counts`` of one row, in Python: for a block every row starts with ``masks`` masks, the
+    schedule is the batch's and known to the host, so no step reads a count back from the device."""
+    base, remainder = divmod(masks, steps)
+    return [base + int(step < remainder) for step in range(steps)]
+
+
+def dream_transfer_count_of(masks: torch.Tensor, batch: int, t: torch.Tensor, s: torch.Tensor,
+                            last: bool) -> torch.Tensor:
+    """``dream_transfer_count`` from the batch's mask total (a 0-d tensor), the same float32 arithmetic left on the
+    device as a long, so the host can read it in one transfer with the other values it needs."""
+    mean_masks = masks / batch
+    return (mean_masks if last else mean_masks * (1 - s / t)).long()
+
+
+def dream_masks_and_count(mask_index: torch.Tensor, t: torch.Tensor, s: torch.Tensor, last: bool) -> tuple[int, int]:
+    """The batch's mask total and ``dream_transfer_count``, read back in one transfer: a step's one host read. The
+    total sizes the masks' logits; neither can be tracked on the host, as a network may propose the mask id."""
+    total = mask_index.sum()
+    masks, count = torch.stack([total, dream_transfer_count_of(total, mask_index.shape[0], t, s, last)]).tolist()
+    return masks, count
+
+
+# ---- masks without a host read ----------------------------------------------------------------------------------
+def mask_order(mask_index: torch.Tensor, masks: int) -> torch.LongTensor:
+    """Flat indices of the ``masks`` True entries of ``mask_index`` in row-major order, as ``nonzero`` gives them:
+    a stable sort puts them first, so a host that knows how many there are need not wait for ``nonzero``. Sorted
+    as bytes, which every device's sort takes."""
+    return torch.argsort(mask_index.reshape(-1).to(torch.uint8), descending=True, stable=True)[:masks]
+
+
+def spread(values: torch.Tensor, order: torch.LongTensor, shape: torch.Size, fill: float | int) -> torch.Tensor:
+    """A ``shape`` tensor of ``fill`` with ``values`` at the flat indices ``order``: ``out[mask] = values`` for the
+    order ``mask_order`` gives, without the read a boolean index needs."""
+    out = torch.full((math.prod(shape),), fill, dtype=values.dtype, device=values.device)
+    return out.scatter_(0, order, values).view(shape)

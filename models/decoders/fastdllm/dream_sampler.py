@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +53,7 @@ from models.decoders.fastdllm.core import (
     shifted_rows,
     window_forward,
 )
-from models.decoders.sampling import Draws, check_inputs, dream_timesteps, dream_transfer_count
+from models.decoders.sampling import Draws, check_inputs, dream_masks_and_count, dream_timesteps, mask_order, spread
 from models.networks.common import KVCache
 
 
@@ -128,54 +128,73 @@ def _threshold_no_cache(
     nominal = cfg.dream.max_new_tokens // cfg.dream.steps
     nfe = 0
     for step in range(cfg.dream.max_new_tokens + cfg.dream.steps):  # each step commits >= 1; the bound only stops a network
-        if not bool((x[:, prompt_len:] == cfg.dream.mask_id).any()):  # that keeps proposing the mask id itself
+        candidates = x[:, prompt_len:] == cfg.dream.mask_id  # that keeps proposing the mask id itself
+        masks = int(candidates.sum())  # the step's one host read
+        if masks == 0:
             break
         logits = full_forward(network, x, padding, None)
         nfe += 1
         reserved = max(cfg.dream.steps - step - 1, 0) * nominal
-        scores = shifted_rows(logits, prompt_len, x.shape[1])
-        x[:, prompt_len:] = draws.by_row(_carry_commit, (x[:, prompt_len:], scores), reserved, cfg)
+        batched = (x[:, prompt_len:], shifted_rows(logits, prompt_len, x.shape[1]), candidates)
+        x[:, prompt_len:] = _commit(draws, _carry_commit, batched, reserved, cfg, masks=masks)
     return x, nfe
 
 
+def _commit(draws: Draws, commit: Callable[..., torch.Tensor], batched: tuple[torch.Tensor, ...], *args: Any,
+            **known: int) -> torch.Tensor:
+    """``commit`` on the whole batch, told what the loop's host read found (``known``: the masks, the count), or,
+    with per-row generators (seeded sampling), row by row, each row reading its own back."""
+    if draws.rows is None:
+        return commit(*batched, *args, draws.shared, **known)
+    return draws.by_row(commit, batched, *args)
+
+
 def _carry_commit(
-    canvas: torch.Tensor, scores: torch.Tensor, reserved: int, cfg: FastDreamConfig, generator: torch.Generator
+    canvas: torch.Tensor, scores: torch.Tensor, candidates: torch.Tensor, reserved: int, cfg: FastDreamConfig,
+    generator: torch.Generator, masks: int | None = None,
 ) -> torch.Tensor:
     """One step of the no-cache threshold path: up to (masks left - ``reserved``) candidates, top-1 always, the
     rest only at conf >= threshold."""
-    candidates, conf, proposals = _scored(canvas, scores, cfg, "max_prob", generator)
+    conf, proposals = _scored(scores, candidates, cfg, "max_prob", generator, masks)
     chosen = select_transfer(conf, candidates, candidates.sum(dim=1) - reserved, cfg.threshold)
     return torch.where(chosen, proposals, canvas)
 
 
 def _scored(
-    block: torch.Tensor, scores: torch.Tensor, cfg: FastDreamConfig, confidence: str, generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The block's masks scored by Dream's ``sample_tokens``: which positions are masks, their confidence (-inf
-    elsewhere) and their proposed tokens (the mask id elsewhere)."""
-    candidates = block == cfg.dream.mask_id
-    where = candidates.nonzero(as_tuple=True)
-    conf, tokens = dream_sample_tokens(scores[where], cfg.dream, confidence, generator)
-    full_conf = torch.full(block.shape, float("-inf"), dtype=conf.dtype, device=block.device)
-    full_conf[where] = conf
-    proposals = torch.full_like(block, cfg.dream.mask_id)
-    proposals[where] = tokens
-    return candidates, full_conf, proposals
+    scores: torch.Tensor, candidates: torch.Tensor, cfg: FastDreamConfig, confidence: str,
+    generator: torch.Generator, masks: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block's masks (``candidates``) scored by Dream's ``sample_tokens``: their confidence (-inf elsewhere)
+    and their proposed tokens (the mask id elsewhere). Only the masks' logits are scored, as in the reference.
+    ``masks``: how many candidates there are, when the loop has read it (a row of a per-row draw reads its own)."""
+    order = mask_order(candidates, int(candidates.sum()) if masks is None else masks)
+    width = candidates.shape[1]
+    conf, tokens = dream_sample_tokens(scores[order // width, order % width], cfg.dream, confidence, generator)
+    return (spread(conf, order, candidates.shape, float("-inf")),
+            spread(tokens, order, candidates.shape, cfg.dream.mask_id))
 
 
 # ---- cached blocks ------------------------------------------------------------------------------------------------
 
 
-def _entropy_commit(
-    block: torch.Tensor, block_scores: torch.Tensor, step: int, steps_per_block: int, timesteps: torch.Tensor,
-    cfg: FastDreamConfig, generator: torch.Generator,
-) -> torch.Tensor:
-    """One step of the cached non-threshold path: Dream's floor schedule on the block's masks, ordered by -entropy
-    (top-k, or a draw from softmax(conf / alg_temp))."""
-    candidates, full_conf, proposals = _scored(block, block_scores, cfg, "neg_entropy", generator)
+def _block_time(step: int, steps_per_block: int, timesteps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(t, s, last) of a cached block's step on Dream's grid; steps past the schedule stay at its last interval."""
     last = step >= steps_per_block - 1
     t, s = (timesteps[step], timesteps[step + 1]) if not last else (timesteps[-2], timesteps[-1])
-    count = dream_transfer_count(candidates, t, s, last)
+    return t, s, last
+
+
+def _entropy_commit(
+    block: torch.Tensor, block_scores: torch.Tensor, candidates: torch.Tensor, step: int, steps_per_block: int,
+    timesteps: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator, masks: int | None = None,
+    count: int | None = None,
+) -> torch.Tensor:
+    """One step of the cached non-threshold path: Dream's floor schedule on the block's masks, ordered by -entropy
+    (top-k, or a draw from softmax(conf / alg_temp)). ``masks`` and ``count``: the loop's read for the whole batch;
+    a row of a per-row draw reads its own."""
+    if masks is None or count is None:
+        masks, count = dream_masks_and_count(candidates, *_block_time(step, steps_per_block, timesteps))
+    full_conf, proposals = _scored(block_scores, candidates, cfg, "neg_entropy", generator, masks)
     if count <= 0:
         return block
     if cfg.dream.alg_temp is None or cfg.dream.alg_temp == 0:
@@ -188,10 +207,11 @@ def _entropy_commit(
 
 
 def _threshold_commit(
-    block: torch.Tensor, block_scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.Generator
+    block: torch.Tensor, block_scores: torch.Tensor, candidates: torch.Tensor, cfg: FastDreamConfig,
+    generator: torch.Generator, masks: int | None = None,
 ) -> torch.Tensor:
     """One step of the cached threshold path: the block's top-1 mask plus every other with conf >= threshold."""
-    candidates, conf, proposals = _scored(block, block_scores, cfg, "max_prob", generator)
+    conf, proposals = _scored(block_scores, candidates, cfg, "max_prob", generator, masks)
     return torch.where(select_transfer(conf, candidates, None, cfg.threshold), proposals, block)
 
 
@@ -219,16 +239,21 @@ def _cached_blocks(
         if cfg.cache == "prefix":
             cache.truncate(start)
         for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
-            if not bool((x[:, start:end] == cfg.dream.mask_id).any()):
+            candidates = x[:, start:end] == cfg.dream.mask_id  # the step's one host read: masks left (and count)
+            if cfg.threshold is None:
+                masks, count = dream_masks_and_count(candidates, *_block_time(step, steps_per_block, timesteps))
+            else:
+                masks = int(candidates.sum())
+            if masks == 0:
                 break
             logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
             nfe += 1
-            block_scores = shifted_rows(logits, start, end, offset)
+            batched = (x[:, start:end], shifted_rows(logits, start, end, offset), candidates)
             if cfg.threshold is None:
-                x[:, start:end] = draws.by_row(_entropy_commit, (x[:, start:end], block_scores), step,
-                                               steps_per_block, timesteps, cfg)
+                x[:, start:end] = _commit(draws, _entropy_commit, batched, step, steps_per_block, timesteps, cfg,
+                                          masks=masks, count=count)
             else:
-                x[:, start:end] = draws.by_row(_threshold_commit, (x[:, start:end], block_scores), cfg)
+                x[:, start:end] = _commit(draws, _threshold_commit, batched, cfg, masks=masks)
     return x, nfe
 
 
