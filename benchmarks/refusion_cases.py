@@ -53,12 +53,16 @@ class Biased(torch.nn.Module):
         return out
 
 
-def biased(inner: torch.nn.Module, regime: str, max_pos: int, vocab: int, mask_id: int) -> Biased:
-    """``inner`` wrapped for an acceptance regime (the same seeded rejections on either side)."""
+def biased(inner: torch.nn.Module, regime: str, max_pos: int, vocab: int, mask_id: int,
+           period: int | None = None) -> Biased:
+    """``inner`` wrapped for an acceptance regime (the same seeded rejections on either side). With ``period`` the
+    rejections repeat every ``period`` positions, so serial blocks of that length all see the same pattern and a
+    longer canvas changes only the cache the rounds work beside, not their mix of forwards."""
     if regime not in REGIMES:
         raise ValueError(f"unknown regime {regime!r}; valid: {', '.join(REGIMES)}")
     bias = 0.0 if regime == "random" else 60.0
-    reject = torch.rand(max_pos, generator=torch.Generator().manual_seed(0)) < (0.1 if regime == "90%" else 0.0)
+    draws = torch.rand(period or max_pos, generator=torch.Generator().manual_seed(0))
+    reject = (draws < (0.1 if regime == "90%" else 0.0)).repeat(-(-max_pos // draws.numel()))[:max_pos]
     return Biased(inner, mask_id, vocab, bias, reject.to(next(inner.parameters()).device))
 
 

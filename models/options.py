@@ -19,6 +19,13 @@ from typing import Any, Literal, Union
 from models.decoders.contract import FILLED, ConfigError
 
 KEYED = "keyed"  # field metadata: False for an option that says how to run, never what comes out
+WHEN_SET = "when set"  # KEYED's value for an option in the key only away from its default
+
+
+def added_field(default: Any) -> Any:
+    """An option added after results were stored with its default behaviour: in ``record`` (and so in sample keys)
+    only when set to something else, so those results stay valid and a run made before it resumes."""
+    return field(default=default, metadata={KEYED: WHEN_SET})
 
 
 def runtime_field(default: Any) -> Any:
@@ -171,7 +178,12 @@ def record(config: Any) -> dict[str, Any]:
     """A config as a flat {leaf: value} dict for manifests and sample keys; token ids (the checkpoint's, filled
     at decode time) and runtime options are left out, the canvas is kept."""
     return {name: leaf.value for name, leaf in leaves(config).items()
-            if leaf.field.metadata.get(FILLED) != "token_id" and leaf.field.metadata.get(KEYED, True)}
+            if leaf.field.metadata.get(FILLED) != "token_id" and _keyed(leaf)}
+
+
+def _keyed(leaf: Leaf) -> bool:
+    keyed = leaf.field.metadata.get(KEYED, True)
+    return leaf.value != leaf.field.default if keyed == WHEN_SET else bool(keyed)
 
 
 def describe(config: Any) -> list[str]:

@@ -10,8 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from models.adapters.native import NativeNetworkAdapter
-from models.base import RuntimeOptions
+from models.adapters.native import NativeNetworkAdapter, NativeRuntime
 from models.decoders.block_diffusion import BLOCK_DIFFUSION
 from models.decoders.contract import ConfigError
 from models.networks.loading import CheckpointError, read_config
@@ -41,7 +40,7 @@ class BlockDiffusionAdapter(NativeNetworkAdapter):
     checkpoint without them fails with one line."""
 
     decoder = BLOCK_DIFFUSION
-    loaded_fields = ("tokenizer", "network", "block_calls")
+    loaded_fields = NativeNetworkAdapter.loaded_fields + ("block_calls", "compiled_block_calls")
     mask_token: str
     eos_tokens: tuple[str, ...]
 
@@ -49,8 +48,12 @@ class BlockDiffusionAdapter(NativeNetworkAdapter):
     def block_calls(self) -> BlockCalls:
         return BlockCalls(self.network)
 
-    def network_for(self, runtime: RuntimeOptions) -> BlockCalls:
-        return self.block_calls
+    @cached_property
+    def compiled_block_calls(self) -> BlockCalls:
+        return BlockCalls(self.compiled_network)
+
+    def network_for(self, runtime: NativeRuntime) -> BlockCalls:
+        return self.compiled_block_calls if runtime.compile else self.block_calls
 
     def eos_ids(self) -> list[int]:
         return [self.token_id(token) for token in self.eos_tokens]

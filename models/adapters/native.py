@@ -1,16 +1,30 @@
-"""Shared loading for the networks implemented in ``models/networks`` (LLaDA, Dream, and ReFusion's Qwen3)."""
+"""Shared loading for the networks implemented in ``models/networks`` (LLaDA, Dream, and ReFusion's Qwen3), and
+their one runtime option: ``compile``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import torch
 
 from models.adapters.resident import ResidentWeights
-from models.base import ModelAdapter
+from models.base import ModelAdapter, RuntimeOptions
 from models.decoders.contract import ConfigError
+from models.options import added_field
 from models.sources import ModelSource, hub_error
+from models.networks.compiled import CompiledNetwork
 from models.networks.loading import CheckpointError, load_network
+
+
+@dataclass(frozen=True)
+class NativeRuntime(RuntimeOptions):
+    """How a native network runs. A compiled step computes the same function as eager; float rounding differs
+    (fused kernels, the padding mask always applied), so a near-tie may resolve differently: it stays in the sample
+    key."""
+
+    compile: bool = added_field(False)  # torch.compile the network's decode step (models/networks/compiled.py)
 
 
 def load_tokenizer(source: ModelSource):
@@ -38,7 +52,8 @@ class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
     """An adapter whose network is one of ``models/networks`` (``network_kind``); weights load on first decode."""
 
     network_kind: str
-    loaded_fields = ("tokenizer", "network")
+    runtime = NativeRuntime()
+    loaded_fields = ("tokenizer", "network", "compiled_network")
 
     @property
     def loader(self) -> str:  # type: ignore[override]
@@ -51,3 +66,10 @@ class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
     @cached_property
     def network(self):
         return load_native_network(self.source, self.network_kind, self.dtype, self.device)
+
+    @cached_property
+    def compiled_network(self) -> CompiledNetwork:
+        return CompiledNetwork(self.network)
+
+    def network_for(self, runtime: NativeRuntime) -> Any:
+        return self.compiled_network if runtime.compile else self.network

@@ -7,22 +7,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-import torch
 
 from models.adapters.causal import CausalLMAdapter
-from models.adapters.native import load_native_network, load_tokenizer
-from models.base import ModelConfig, RuntimeOptions, TemplateOptions
+from models.adapters.native import NativeRuntime, load_native_network, load_tokenizer
+from models.base import ModelConfig, TemplateOptions
 from models.decoders.contract import ConfigError
 from models.decoders.refusion.decoder import REFUSION
+from models.networks.compiled import CompiledNetwork
 
 
 @dataclass(frozen=True)
-class RefusionRuntime(RuntimeOptions):
-    """Which network runs the decoder. Both compute the same function; float rounding differs, so a near-tie may
-    resolve differently, which is why these stay in the sample key."""
+class RefusionRuntime(NativeRuntime):
+    """Which network runs the decoder, and whether the native one is compiled (the native adapters' option). They
+    compute the same function; float rounding differs, so a near-tie may resolve differently, which is why these
+    stay in the sample key (``compile`` always, as it has since ReFusion had it)."""
 
     network: Literal["native", "transformers"] = "native"  # models/networks/qwen3.py, or Qwen3ForCausalLM
-    compile: bool = False  # torch.compile the native network's forward
+    compile: bool = False
 
 
 class RefusionAdapter(CausalLMAdapter):
@@ -50,8 +51,8 @@ class RefusionAdapter(CausalLMAdapter):
         return load_native_network(self.source, "qwen3", self.dtype, self.device)
 
     @cached_property
-    def compiled_network(self):
-        return torch.compile(self.native_network, dynamic=True)
+    def compiled_network(self) -> CompiledNetwork:
+        return CompiledNetwork(self.native_network)
 
     def network_for(self, runtime: RefusionRuntime) -> Any:
         if runtime.network == "transformers":

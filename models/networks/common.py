@@ -9,8 +9,9 @@ The networks follow docs/networks.md; where their numerics differ (RoPE precisio
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,14 @@ def rope_inv_freq(head_dim: int, theta: float) -> Tensor:
         raise ValueError(f"RoPE needs an even head dim, got {head_dim}")
     exponent = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
     return 1.0 / (theta ** exponent)
+
+
+def inv_freq_on(store: dict[torch.device, Tensor], device: torch.device, head_dim: int, theta: float) -> Tensor:
+    """``rope_inv_freq`` on ``device``, kept in ``store`` from the first call on: a forward reads it there instead of
+    copying it from the CPU each time (a copy a CUDA graph of a compiled step cannot hold)."""
+    if device not in store:
+        store[device] = rope_inv_freq(head_dim, theta).to(device)
+    return store[device]
 
 
 def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
@@ -201,6 +210,19 @@ class AttentionPlan:
     reservation: Reservation | None = None
 
 
+def padding_mask(attention_mask: Tensor) -> Tensor | None:
+    """The [B, K] bool padding mask (True = real key), or None when every key is real, so SDPA takes no mask. A
+    compiled step keeps the mask even then: the all-real test and the no-real-token check are host reads."""
+    mask = attention_mask != 0
+    if torch.compiler.is_compiling():
+        return mask
+    if bool(mask.all()):
+        return None
+    if not bool(mask.any(dim=1).all()):
+        raise ValueError("attention_mask has a row with no real token")
+    return mask
+
+
 def plan_forward(
     input_ids: Tensor,
     attention_mask: Tensor | None,
@@ -254,11 +276,7 @@ def plan_forward(
                 f"attention_mask must be [B, K] = [{b}, {key_len}] (1 = real, 0 = pad, over cached + new keys), "
                 f"got shape {list(attention_mask.shape)}"
             )
-        mask = attention_mask.to(input_ids.device) != 0
-        if not bool(mask.all()):
-            if not bool(mask.any(dim=1).all()):
-                raise ValueError("attention_mask has a row with no real token")
-            key_mask = mask
+        key_mask = padding_mask(attention_mask.to(input_ids.device))
 
     if position_ids is not None:
         if tuple(position_ids.shape) not in ((b, length), (1, length), (length,)):
@@ -396,7 +414,9 @@ def block_positions(input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, bl
 class BlockForward:
     """The two calls a block diffusion decoder (SDAR/TraDo on Qwen3, Fast-dLLM v2 on Dream's Qwen2) makes, the same
     on both networks: ``new_cache`` and ``block_forward``. A network of the Qwen layout (``model.embed_tokens``,
-    ``model.layers``, a ``QwenFamilyConfig``) supplies ``cached_logits``: its layers over a given mask and cache."""
+    ``model.layers``, a ``QwenFamilyConfig``) supplies ``cached_logits``: its layers over a given mask and cache.
+    ``block_forward`` is a host half and a device half, which ``CompiledNetwork`` (models/networks/compiled.py) runs
+    eagerly and compiled."""
 
     config: QwenFamilyConfig
     model: nn.Module
@@ -415,11 +435,23 @@ class BlockForward:
         of whole blocks and for one block. ``write``: how many of the new entries, from the left, keep their K/V
         (True: all, a commit; False: none, a peek, the columns past each row's length then hold garbage; a count
         in between: a commit fused with the next block's peek)."""
+        with self.block_forward_call(input_ids, position_ids, cache, block_length, write) as step:
+            return self.block_forward_step(*step)
+
+    @contextmanager
+    def block_forward_call(self, input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int,
+                           write: bool | int, static: bool = False) -> Iterator[tuple[Any, ...]]:
+        """``block_forward``'s host half: the inputs checked and the cache's columns claimed for the call
+        (``KVBuffer.claim``; ``static`` as a compiled step takes them); yields ``block_forward_step``'s arguments."""
         positions = block_positions(input_ids, position_ids, cache, block_length)
         keep = input_ids.shape[1] if write is True else int(write)
-        with cache.claim(input_ids.shape[1], keep=keep) as plan:
-            return self.cached_logits(input_ids, positions, block_causal_mask(plan, positions, block_length), cache,
-                                      plan)
+        with cache.claim(input_ids.shape[1], keep=keep, static=static) as plan:
+            yield input_ids, positions, cache, plan, block_length
+
+    def block_forward_step(self, input_ids: Tensor, positions: Tensor, cache: KVBuffer, plan: Reservation,
+                           block_length: int) -> Tensor:
+        """``block_forward``'s device half, tensor work only with a static ``plan``: the mask and the layers."""
+        return self.cached_logits(input_ids, positions, block_causal_mask(plan, positions, block_length), cache, plan)
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
                       plan: Reservation) -> Tensor:

@@ -30,8 +30,8 @@ from models.networks.common import (
     attend,
     merge_heads,
     merge_kv,
+    inv_freq_on,
     rope_angles,
-    rope_inv_freq,
     split_heads,
 )
 from models.networks.kv_buffer import KVBuffer, Reservation
@@ -188,9 +188,6 @@ class DreamNetwork(BlockForward, BidirectionalNetwork):
     def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """fp32 angles on the device, then cast to the model dtype (as the reference)."""
         positions = plan.positions
-        inv_freq = self._inv_freq.get(positions.device)
-        if inv_freq is None:
-            inv_freq = rope_inv_freq(self.config.head_dim, self.config.rope_theta).to(positions.device)
-            self._inv_freq[positions.device] = inv_freq
+        inv_freq = inv_freq_on(self._inv_freq, positions.device, self.config.head_dim, self.config.rope_theta)
         ang = rope_angles(positions, inv_freq)
         return ang.cos().to(dtype).unsqueeze(1), ang.sin().to(dtype).unsqueeze(1)

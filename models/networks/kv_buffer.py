@@ -3,8 +3,8 @@
 Decoders that reorder their buffer (ReFusion) append a chunk, drop it again, keep a few chosen tail entries, and
 retire finished rows. Here each of those is an index write or a length change on buffers allocated once, so a decode
 step allocates no cache memory and the shapes a compiled network sees stay simple. Rows may hold different lengths:
-a forward writes row b's new entries at ``lengths[b] ...`` and attends to columns ``0 .. max(lengths) + Q - 1``; the
-caller's mask hides the columns a row does not own (see ``reserve``).
+a forward writes row b's new entries at ``lengths[b] ...`` and attends to columns ``0 .. max(lengths) + Q - 1`` (all
+of them in a compiled step); the caller's mask hides the columns a row does not own (see ``reserve``).
 """
 
 from __future__ import annotations

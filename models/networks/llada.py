@@ -23,6 +23,7 @@ from models.networks.common import (
     attend,
     config_from_dict,
     config_to_dict,
+    inv_freq_on,
     merge_heads,
     merge_kv,
     rope_angles,
@@ -192,6 +193,7 @@ class LLaDANetwork(BidirectionalNetwork):
             )
         )
         self._rope_tables: dict[torch.device, tuple[Tensor, Tensor]] = {}
+        self._inv_freq: dict[torch.device, Tensor] = {}
 
     def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
         t = self.model.transformer
@@ -201,6 +203,8 @@ class LLaDANetwork(BidirectionalNetwork):
         """Gathered from an fp32 table built on CPU (as the reference builds it) and kept per device; the table grows
         when a position beyond it is asked for."""
         positions = plan.positions
+        if explicit_positions and torch.compiler.is_compiling():
+            return self._rope_at(positions)
         needed = plan.key_len
         if explicit_positions:
             lo, hi = int(positions.min()), int(positions.max())
@@ -215,3 +219,10 @@ class LLaDANetwork(BidirectionalNetwork):
             table = (ang.cos().to(device), ang.sin().to(device))
             self._rope_tables[device] = table
         return table[0][positions].unsqueeze(1), table[1][positions].unsqueeze(1)
+
+    def _rope_at(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos/sin of the fp32 angles at ``positions`` themselves, for a compiled step: the table's values up to the
+        device's rounding of cos/sin, without the host read of the positions' range that sizes the table."""
+        inv_freq = inv_freq_on(self._inv_freq, positions.device, self.config.head_dim, self.config.rope_theta)
+        ang = rope_angles(positions, inv_freq)
+        return ang.cos().unsqueeze(1), ang.sin().unsqueeze(1)

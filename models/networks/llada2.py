@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, apply_rope,
-                                     merge_heads, rms_norm, rope_angles, rope_inv_freq)
+                                     inv_freq_on, merge_heads, rms_norm, rope_angles)
 from models.networks.kv_buffer import KVBuffer, Reservation
 from models.networks.qwen3 import grouped_query_attention
 
@@ -208,6 +208,18 @@ def mix_experts(x: Tensor, experts: nn.ModuleList, ids: Tensor, weights: Tensor)
     return (unsorted.view(n, k, -1).float() * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
 
 
+def mix_experts_dense(x: Tensor, experts: nn.ModuleList, ids: Tensor, weights: Tensor) -> Tensor:
+    """``mix_experts`` without a host read, for a compiled step: every expert on every token, then each token's k
+    chosen outputs gathered and summed in the same order and precision. It costs num_experts / k times the routed
+    FLOPs (32x on LLaDA2.0-mini) and a [num_experts, N, hidden] intermediate. Where a step's tokens choose most
+    experts anyway (N * k >= num_experts: one 32-token block on the mini) the grouped form reads nearly every
+    expert's weights too, so on a GPU the extra products are cheap next to that read; a long prefill pays the
+    factor in full."""
+    outs = torch.stack([expert(x) for expert in experts])  # [E, N, hidden]
+    chosen = outs[ids, torch.arange(ids.shape[0], device=ids.device)[:, None]]  # [N, k, hidden]
+    return (chosen.float() * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+
+
 class LLaDA2MoE(nn.Module):
     """``mlp`` of a MoE layer: ``gate`` (the router), ``experts.{e}`` and ``shared_experts`` (gated MLPs)."""
 
@@ -221,7 +233,8 @@ class LLaDA2MoE(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])
-        y = mix_experts(flat, self.experts, *self.gate(flat)).view(x.shape)
+        mix = mix_experts_dense if torch.compiler.is_compiling() else mix_experts
+        y = mix(flat, self.experts, *self.gate(flat)).view(x.shape)
         return y if self.shared_experts is None else y + self.shared_experts(x)
 
 
@@ -252,6 +265,7 @@ class LLaDA2Network(BlockForward, nn.Module):
         self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         if not config.tie_word_embeddings:
             self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self._inv_freq: dict[torch.device, Tensor] = {}
 
     def new_cache(self, batch: int, capacity: int) -> KVBuffer:
         """An empty cache for ``batch`` rows of up to ``capacity`` entries (keys after norm and RoPE)."""
@@ -296,5 +310,6 @@ class LLaDA2Network(BlockForward, nn.Module):
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos/sin [B, 1, L, rope_dim] at ``positions`` [B, L]: frequencies made on the CPU and angles in fp32, cast
         to the model dtype, as published."""
-        angles = rope_angles(positions, rope_inv_freq(self.config.rope_dim, self.config.rope_theta))
+        inv_freq = inv_freq_on(self._inv_freq, positions.device, self.config.rope_dim, self.config.rope_theta)
+        angles = rope_angles(positions, inv_freq)
         return angles.cos().to(dtype).unsqueeze(1), angles.sin().to(dtype).unsqueeze(1)

@@ -12,15 +12,16 @@ SDAR and TraDo are this network under block-causal attention (``block_forward``,
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads,
-                                     rms_norm, rope_angles, rope_inv_freq, split_heads)
+                                     inv_freq_on, rms_norm, rope_angles, split_heads)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
@@ -171,10 +172,7 @@ class Qwen3Network(BlockForward, nn.Module):
         self._triangles: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
     def _rope(self, positions: Tensor, dtype: torch.dtype) -> Rope:
-        inv_freq = self._inv_freq.get(positions.device)
-        if inv_freq is None:
-            inv_freq = rope_inv_freq(self.config.dim_per_head, self.config.rope_theta).to(positions.device)
-            self._inv_freq[positions.device] = inv_freq
+        inv_freq = inv_freq_on(self._inv_freq, positions.device, self.config.dim_per_head, self.config.rope_theta)
         return Rope.at(rope_angles(positions, inv_freq), dtype)
 
     def _triangle(self, size: int, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -187,16 +185,20 @@ class Qwen3Network(BlockForward, nn.Module):
         return triangle
 
     def _attention(self, attention_mask: Tensor | GroupedWindows | None, cache: KVBuffer | None,
-                   plan: Reservation | None, length: int, dtype: torch.dtype,
-                   device: torch.device) -> Tensor | GroupedPlan | None:
-        """What every layer attends with: an additive mask, a grouped plan, or None (causal, no cache)."""
+                   plan: Reservation | None, length: int, dtype: torch.dtype, device: torch.device,
+                   static: bool) -> Tensor | GroupedPlan | None:
+        """What every layer attends with: an additive mask (the caller's widened to a static plan's columns, the
+        free ones hidden), a grouped plan (not in a static call: its integers would shape the compiled step), or
+        None (causal, no cache)."""
         if isinstance(attention_mask, GroupedWindows):
-            if grouping_pays(attention_mask, self.config.num_attention_heads, device):
+            if not static and grouping_pays(attention_mask, self.config.num_attention_heads, device):
                 return plan_grouped(attention_mask, self.config.num_attention_heads, self.config.kv_heads, dtype,
                                     device)
             attention_mask = dense_mask(attention_mask, device)
         if attention_mask is not None:
-            return additive_mask(attention_mask, dtype)
+            mask = additive_mask(attention_mask, dtype)
+            free = 0 if plan is None else plan.key_len - mask.shape[-1]
+            return F.pad(mask, (0, free), value=float("-inf")) if free else mask
         if cache is not None:
             return causal_mask(self._triangle(cache.capacity, device, dtype), plan, length)
         return None
@@ -211,10 +213,19 @@ class Qwen3Network(BlockForward, nn.Module):
         cache, a ``GroupedWindows`` layout of it (attended group by group where that is cheaper); default is causal
         over each row's own entries. cache: new k/v are written at each row's length (see ``KVBuffer``).
         """
+        with self.forward_call(input_ids, position_ids, attention_mask, cache, logits_to_keep) as step:
+            return self.forward_step(*step)
+
+    @contextmanager
+    def forward_call(self, input_ids: Tensor, position_ids: Tensor | None = None,
+                     attention_mask: Tensor | GroupedWindows | None = None, cache: KVBuffer | None = None,
+                     logits_to_keep: int = 0, static: bool = False) -> Iterator[tuple[Any, ...]]:
+        """``forward``'s host half: the inputs checked, the cache's columns claimed (``static`` as a compiled step
+        takes them, ``KVBuffer.reserve``) and the mask built; yields ``forward_step``'s arguments."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [B, L], got shape {list(input_ids.shape)}")
         b, length = input_ids.shape
-        plan = None
+        claim = nullcontext()
         if cache is not None:
             if cache.batch != b:
                 raise ValueError(f"KV buffer has {cache.batch} rows, input {b}")
@@ -225,31 +236,32 @@ class Qwen3Network(BlockForward, nn.Module):
             if position_ids is None:
                 position_ids = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
                     length, device=input_ids.device)
-            plan = cache.reserve(length)
+            claim = cache.claim(length, keep=length, static=static)
         elif position_ids is None:
             position_ids = torch.arange(length, device=input_ids.device)[None]
         elif isinstance(attention_mask, GroupedWindows):
             raise ValueError("a grouped attention layout needs the cache it describes")
-        key_len = plan.key_len if plan is not None else length
+        key_len = length if cache is None else max(cache.lengths) + length
         if isinstance(attention_mask, Tensor) and (attention_mask.dim() != 4
                                                    or attention_mask.shape[-2:] != (length, key_len)):
             raise ValueError(f"attention_mask must be [B|1, 1, {length}, {key_len}], got {list(attention_mask.shape)}")
         positions = position_ids.reshape(-1, length).expand(b, length)
         weight = self.model.embed_tokens.weight
-        mask = self._attention(attention_mask, cache, plan, length, weight.dtype, weight.device)
-        return self._logits(input_ids, positions, mask, cache, plan, logits_to_keep)
+        with claim as plan:
+            mask = self._attention(attention_mask, cache, plan, length, weight.dtype, weight.device, static)
+            yield input_ids, positions, mask, cache, plan, logits_to_keep
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
                       plan: Reservation) -> Tensor:
         """``BlockForward``'s layers: the bool mask made additive once, as ``forward`` does."""
         if mask is not None:
             mask = additive_mask(mask, self.model.embed_tokens.weight.dtype)
-        return self._logits(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
+        return self.forward_step(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
 
-    def _logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | GroupedPlan | None,
-                cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0) -> Tensor:
-        """Embed, the layers at ``positions`` [B, L] with ``mask`` (None: causal without a cache, every key with
-        one), final norm and head."""
+    def forward_step(self, input_ids: Tensor, positions: Tensor, mask: Tensor | GroupedPlan | None,
+                     cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0) -> Tensor:
+        """``forward``'s device half, tensor work only with a static ``plan``: embed, the layers at ``positions``
+        [B, L] with ``mask`` (None: causal without a cache, every key with one), final norm and head."""
         x = self.model.embed_tokens(input_ids)
         rope = self._rope(positions, x.dtype)
         for i, layer in enumerate(self.model.layers):
