@@ -16,7 +16,7 @@ where that is cheaper, any other network gets the dense mask.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generator, Protocol
 
 import torch
@@ -204,48 +204,75 @@ def batch_inputs(reqs: list[Request], device: torch.device) -> tuple[Tensor, Ten
     return both[0], both[1], width, keep
 
 
+@dataclass
+class _ReadPlan:
+    """Where one forward's reads sit: logits cells (row, column) of the drafts, then of the acceptances; the draft
+    index of every confidence read; the token each acceptance scores; and each row's share of every kind."""
+
+    rows: list[int] = field(default_factory=list)
+    columns: list[int] = field(default_factory=list)
+    firsts: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    noisy: list[tuple[int, int, Request]] = field(default_factory=list)  # (start, end) of a noisy row's drafts
+    shares: list[tuple[int, int, int]] = field(default_factory=list)  # per row: drafts, confidences, acceptances
+    n_draft: int = 0
+
+
+def _plan_reads(reqs: list[Request], offset: int) -> _ReadPlan:
+    """Host arithmetic only: new-token index j has its logits in column j - offset."""
+    plan, accept_rows, accept_columns = _ReadPlan(), [], []
+    for row, r in enumerate(reqs):
+        span = r.read_span()
+        n_d = n_f = n_a = 0
+        if r.draft:
+            n_d = len(span)
+            if r.temperature > 0:
+                plan.noisy.append((plan.n_draft, plan.n_draft + n_d, r))
+            if r.first_of:
+                firsts = range(plan.n_draft, plan.n_draft + n_d, r.first_of)
+                plan.firsts += firsts
+                n_f = len(firsts)
+            plan.rows += [row] * n_d
+            plan.columns += range(span.start - offset, span.stop - offset)
+            plan.n_draft += n_d
+        if r.verify:
+            scored = [j for j in span if (j - span.start) % r.verify]  # every token but the first of each run
+            n_a = len(scored)
+            accept_rows += [row] * n_a
+            accept_columns += [j - 1 - offset for j in scored]
+            plan.tokens += [r.ids[j] for j in scored]
+        plan.shares.append((n_d, n_f, n_a))
+    plan.rows += accept_rows
+    plan.columns += accept_columns
+    return plan
+
+
 def read_logits(logits: Tensor, reqs: list[Request], width: int) -> list[Reply]:
     """Every row's reads from one forward's logits [rows, kept, V], with one set of ops for the whole batch and one
     host read: the drafts, confidences and acceptances of all rows travel in one float32 tensor (token ids below 2**24
     and probabilities in float32 or narrower are exact in it). Thresholds are compared on the device, in the logits'
     dtype, as the published decoder compares them. Only Gumbel noise (temperature > 0) is drawn row by row, each row
     from its own generator, so a row's draws do not depend on its batch."""
-    offset = width - logits.shape[1]  # new-token index j has its logits in column j - offset
-    draft_at, first_at, accept_at, accept_tokens = [], [], [], []
-    noisy: list[tuple[int, int, Request]] = []  # (start, end) in the drafts of a row drawn with noise
-    for row, r in enumerate(reqs):
-        span = r.read_span()
-        if r.draft:
-            if r.temperature > 0:
-                noisy.append((len(draft_at), len(draft_at) + len(span), r))
-            if r.first_of:
-                first_at += range(len(draft_at), len(draft_at) + len(span), r.first_of)
-            draft_at += [(row, j - offset) for j in span]
-        if r.verify:
-            for i, j in enumerate(span):
-                if i % r.verify:
-                    accept_at.append((row, j - 1 - offset))
-                    accept_tokens.append(r.ids[j])
-    n_draft, n_first = len(draft_at), len(first_at)
-    cells = draft_at + accept_at
-    where = torch.tensor([[c[0] for c in cells], [c[1] for c in cells]], dtype=torch.long, device=logits.device)
+    plan = _plan_reads(reqs, width - logits.shape[1])
+    n_draft, n_first, n_accept = plan.n_draft, len(plan.firsts), len(plan.tokens)
+    where = torch.tensor([plan.rows, plan.columns], dtype=torch.long, device=logits.device)
     picked = logits[where[0], where[1]]  # [draft + accept, V]
-    scored_at = torch.tensor(first_at + accept_tokens, dtype=torch.long, device=logits.device)  # draft index / token to score
+    scored_at = torch.tensor(plan.firsts + plan.tokens, dtype=torch.long, device=logits.device)
     parts = []
     if n_draft:
         drafted = picked[:n_draft]
         top = drafted.argmax(-1)
-        for start, end, r in noisy:
+        for start, end, r in plan.noisy:
             top[start:end] = add_gumbel_noise(drafted[start:end], r.temperature, r.generator).argmax(-1)
         parts.append(top.float())
-    if n_first or accept_at:
+    if n_first or n_accept:
         firsts = scored_at[:n_first]
         rows = torch.cat([picked[firsts], picked[n_draft:]])
         targets = torch.cat([top[firsts], scored_at[n_first:]]) if n_first else scored_at
         probs = torch.softmax(rows, dim=-1).gather(-1, targets[:, None])[:, 0]
         if n_first:
             parts += [probs[:n_first].float(), (probs[:n_first] > reqs_threshold(reqs, "slot_threshold")).float()]
-        if accept_at:
+        if n_accept:
             parts.append((probs[n_first:] > reqs_threshold(reqs, "token_threshold")).float())
     values = torch.cat(parts).tolist() if parts else []
     tokens = [int(v) for v in values[:n_draft]]
@@ -253,11 +280,7 @@ def read_logits(logits: Tensor, reqs: list[Request], width: int) -> list[Reply]:
     confident = [v > 0 for v in values[n_draft + n_first:n_draft + 2 * n_first]]
     accepted = [v > 0 for v in values[n_draft + 2 * n_first:]]
     replies, d, f, a = [], 0, 0, 0
-    for r in reqs:
-        span = len(r.read_span())
-        n_d = span if r.draft else 0
-        n_f = len(range(0, span, r.first_of)) if r.draft and r.first_of else 0
-        n_a = sum(1 for i in range(span) if i % r.verify) if r.verify else 0
+    for n_d, n_f, n_a in plan.shares:
         replies.append(Reply(tokens[d:d + n_d], confidence[f:f + n_f], confident[f:f + n_f], accepted[a:a + n_a]))
         d, f, a = d + n_d, f + n_f, a + n_a
     return replies
