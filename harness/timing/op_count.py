@@ -25,13 +25,13 @@ READ_OPS = frozenset({"aten::is_nonzero", "aten::item", "aten::_local_scalar_den
                       "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive"})
 INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"})
 PYTHON_READS = ("tolist", "numpy", "cpu")
-# ops that only relabel a tensor (no kernel runs on any device)
-VIEW_OPS = frozenset({"aten::view", "aten::_unsafe_view", "aten::alias", "aten::detach", "aten::t", "aten::expand",
-                      "aten::unsqueeze", "aten::squeeze", "aten::permute", "aten::transpose", "aten::slice",
-                      "aten::select", "aten::as_strided", "aten::reshape", "aten::unbind", "aten::split",
-                      "aten::split_with_sizes", "aten::chunk", "aten::narrow", "aten::lift_fresh", "aten::diagonal",
-                      "aten::unfold", "aten::view_as_real", "aten::view_as_complex", "aten::_reshape_alias",
-                      "aten::_to_copy_view"})
+# ops that only relabel a tensor or wrap a host value (no kernel runs on any device)
+NO_KERNEL_OPS = frozenset({"aten::view", "aten::_unsafe_view", "aten::alias", "aten::detach", "aten::t", "aten::expand",
+                           "aten::unsqueeze", "aten::squeeze", "aten::permute", "aten::transpose", "aten::slice",
+                           "aten::select", "aten::as_strided", "aten::reshape", "aten::unbind", "aten::split",
+                           "aten::split_with_sizes", "aten::chunk", "aten::narrow", "aten::lift_fresh",
+                           "aten::diagonal", "aten::unfold", "aten::view_as_real", "aten::view_as_complex",
+                           "aten::_reshape_alias", "aten::detach_", "aten::resolve_conj", "aten::resolve_neg"})
 
 
 @dataclass
@@ -39,7 +39,7 @@ class StepCounts:
     """What one counted region did: network calls, ops and host reads outside them, and reads inside them."""
 
     forwards: int = 0
-    ops: Counter = field(default_factory=Counter)  # aten op name -> count, outside forwards, views excluded
+    ops: Counter = field(default_factory=Counter)  # aten op name -> count, outside forwards, those that launch no kernel left out
     reads: Counter = field(default_factory=Counter)  # read name -> count, outside forwards
     reads_inside: Counter = field(default_factory=Counter)  # the network's own reads (MoE routing counts, ...)
 
@@ -75,7 +75,7 @@ class _Dispatch(TorchDispatchMode):
         counts = self.owner.counts
         if _is_read(name, args):
             (counts.reads_inside if self.owner.depth else counts.reads)[name] += 1
-        if not self.owner.depth and name not in VIEW_OPS:
+        if not self.owner.depth and name not in NO_KERNEL_OPS:
             counts.ops[name] += 1
         return func(*args, **(kwargs or {}))
 

@@ -1,9 +1,11 @@
 """The cache interface the ReFusion decoder needs, for both networks, and the driver that batches its rows.
 
-The decoder is written per row, as a generator that yields ``Request``s (tokens, positions, who may see whom) and
-receives their logits; between requests it edits its cache row (truncate, keep chosen tail entries). The driver
-gathers the pending requests of all live rows into one forward, so N prompts decode together even when their
-buffers, phases and finishing times differ; a finished row leaves the batch (its cache row is dropped).
+The decoder is written per row, as a generator that yields ``Request``s (tokens, positions, who may see whom, what
+to read back) and receives a ``Reply`` on the host; between requests it edits its cache row (truncate, keep chosen
+tail entries). The driver gathers the pending requests of all live rows into one forward and reads every row's
+answers with one set of ops and one transfer (``read_logits``), so N prompts decode together even when their
+buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row leaves the
+batch (its cache row is dropped).
 
 Two implementations of the cache:
   * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
@@ -75,7 +77,7 @@ class Reply:
     accepted: list[bool]  # verify: per read token after the first of its run, in order
 
 
-RowProgram = Generator[Request, Tensor, Any]
+RowProgram = Generator[Request, Reply, Any]
 
 
 class Stepper(Protocol):

@@ -16,9 +16,10 @@ need not be sorted). One iteration over the still-masked slots R of the current 
      tokens only, so each slot's K/V is computed from the buffer and that slot alone; only the accepted entries are
      kept (a small copy of the tail), never a copy of the committed cache per slot.
 
-The algorithm is written per row as a generator of forward requests (``refusion_cache.drive`` batches the rows of
-a batch into one forward per round); the cache is the native network's preallocated buffer or, for any other
-causal LM, a transformers cache (``refusion_cache``).
+The algorithm is written per row, in plain Python over host lists, as a generator of forward requests that say
+what each forward must read back (``cache.drive`` batches the rows of a batch into one forward per round and reads
+every row's answers in one transfer); the cache is the native network's preallocated buffer or, for any other
+causal LM, a transformers cache (``cache.py``).
 
 Two reference defects are fixed (docs/decoders.md §1.4): after an end-of-sequence in path C the slots to drop
 are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
