@@ -108,23 +108,24 @@ class KVBuffer:
             raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
         self.lengths[row] = n
 
-    def keep_tail(self, row: int, start: int, index: list[int]) -> None:
-        """Row ``row`` keeps entries ``0..start-1`` then entries ``start + index[i]`` in that order (a small copy)."""
+    def check_tail(self, row: int, start: int, index: list[int]) -> None:
+        """Raise unless every ``start + index[i]`` is one of row ``row``'s live entries past ``start``."""
         if any(not 0 <= i < self.lengths[row] - start for i in index):
             raise ValueError(f"keep_tail index outside row {row}'s tail of {self.lengths[row] - start} entries")
+
+    def keep_tail(self, row: int, start: int, index: list[int]) -> None:
+        """Row ``row`` keeps entries ``0..start-1`` then entries ``start + index[i]`` in that order (a small copy)."""
+        self.check_tail(row, start, index)
         if index != list(range(len(index))):
-            src = torch.tensor(index, device=self._cols.device) + start
-            self.kv[:, :, row, :, start:start + len(index)] = self.kv[:, :, row, :, src]
+            self.keep_tails([(row, start, index)])
         self.lengths[row] = start + len(index)
 
     def keep_tails(self, edits: list[tuple[int, int, list[int]]]) -> None:
-        """Move entries within rows in one indexed copy for all of them: for each (row, start, index), entry
-        ``start + i`` of ``row`` becomes its entry ``start + index[i]``. Lengths are the caller's to set (a decoder
+        """``keep_tail``'s copies for many rows in one indexed copy: for each (row, start, index), entry ``start + i``
+        of ``row`` becomes its entry ``start + index[i]``. Checks and lengths are the caller's (a decoder checks and
         records its edits as it makes them and copies them together before the next forward)."""
         rows, dst, src = [], [], []
         for row, start, index in edits:
-            if any(i < 0 or start + i >= self.capacity for i in index):
-                raise ValueError(f"keep_tail index outside row {row}'s buffer of capacity {self.capacity}")
             rows += [row] * len(index)
             dst += range(start, start + len(index))
             src += [start + i for i in index]

@@ -121,6 +121,7 @@ class NativeStepper:
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         """Recorded now, copied before the next forward together with every other row's: one copy per forward for
         the whole batch, not one per row."""
+        self.cache.check_tail(row, start, index)
         if index != list(range(len(index))):
             self._tails.append((row, start, index))
         self.cache.truncate(row, start + len(index))

@@ -268,6 +268,11 @@ def _slots(flat: list[int], size: int, chosen: list[int]) -> list[list[int]]:
     return [flat[j * size:(j + 1) * size] for j in chosen]
 
 
+def _leading(flags: list[bool]) -> list[bool]:
+    """True up to the first False: the tokens accepted in order."""
+    return list(itertools.accumulate(flags, lambda x, y: x and y))
+
+
 def _accepted_runs(accepted: list[bool], runs: int, size: int) -> list[list[bool]]:
     """A verify read (every token but each run's first) as per-run flags, the first accepted by force."""
     per = size - 1
@@ -309,7 +314,7 @@ def _iteration(prompt: list[int], state: _State, remaining: list[int], cfg: Refu
 
     # (C) parallel in-slot completion of the chosen slots, on the one cache row.
     state.cache.truncate(base)
-    tags = [list(itertools.accumulate(a, lambda x, y: x and y)) for a in accept]
+    tags = [_leading(a) for a in accept]
     rows, passes, eos_row = yield from _complete_slots(state, blocks, block_pos, tags, cfg)
     flat = sum(rows, [])
     n_keep = next((i + 1 for i, t in enumerate(flat) if t == cfg.eos_id), len(flat))
@@ -357,7 +362,7 @@ def _complete_slots(state: _State, blocks: list[list[int]], block_pos: list[list
         counts, host_eos = [], []
         for r, (ok, kn) in enumerate(zip(passed, known)):
             ok = [ok[0], *(o or k for o, k in zip(ok[1:], kn[:-1]))]  # the first follows an accepted one
-            new_tags = list(itertools.accumulate(ok, lambda x, y: x and y))
+            new_tags = _leading(ok)
             tags[r][start:] = new_tags
             counts.append(sum(new_tags))
             host_eos.append(any(t == cfg.eos_id and a for t, a in zip(rows[r][start:], new_tags)))
