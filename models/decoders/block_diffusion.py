@@ -41,7 +41,7 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, Decoder, DecodeOutput, DecodeResult, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.decoders.sampling import Draws, check_inputs, llada_transfer_counts, top_k_filter, top_p_filter
+from models.decoders.sampling import Draws, check_inputs, llada_step_counts, top_k_filter, top_p_filter
 
 Remasking = Literal["low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "sequential",
                     "threshold_plus_best"]
@@ -118,7 +118,7 @@ def validate_block_diffusion_config(cfg: BlockDiffusionConfig) -> None:
 def transfer_schedule(block_length: int, steps: int) -> list[int]:
     """Masks to commit at each step of a block: block // steps each, one more for the first block % steps (LLaDA's
     split of a block's masks, the same rule in SDAR's and LLaDA2's code)."""
-    return llada_transfer_counts(torch.tensor([block_length]), steps)[0].tolist()
+    return llada_step_counts(block_length, steps)
 
 
 # ---- proposals: logits -> (token, confidence, sampling distribution) ---------------------------------------------

@@ -15,6 +15,7 @@ from models.decoders.sampling import (
     check_inputs,
     dream_timesteps,
     dream_transfer_count,
+    llada_step_counts,
     llada_transfer_counts,
     make_generator,
     margin_confidence,
@@ -104,6 +105,7 @@ def test_passes_simplex_check():
 def test_llada_transfer_counts(masks, steps, expected):
     counts = llada_transfer_counts(torch.tensor([masks]), steps)
     assert counts.tolist() == [expected]
+    assert llada_step_counts(masks, steps) == expected  # the host's copy of the same split
 
 
 def test_llada_transfer_counts_invariants_per_row():
