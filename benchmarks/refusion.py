@@ -13,8 +13,8 @@ Sections:
      the paper's settings do, 512 tokens in 4 to 64 of them) beside the AR decoder (models/decoders/ar.py) on
      transformers' Qwen3ForCausalLM from the same checkpoint in the same regime wrapper, in the same interleaved
      rounds; then ReFusion in two serial blocks at every canvas (a longer canvas means larger blocks);
-  3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded in batches
-     of each size;
+  3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded with that
+     many rows in flight (continuous batching: a prompt starts in the row of the first to finish);
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
      time in the attention kernel and in matrix products, against the time of every op, at each batch size; then
      one forward of a batch-1 forward's width timed alone (no profiler) at each batch size: the gain batching the
@@ -263,23 +263,22 @@ def section_canvas(args) -> dict[str, float | None]:
 
 def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[[int], None]]:
     """Section 3's workload: the 90% network, the prompts (as many as the largest batch), and a function decoding all
-    of them in consecutive batches of a size. The prompts go longest first, the order in which a run batches them
-    (harness.run.generation.length_order), so a batch holds prompts of similar lengths."""
+    of them with a number of rows in flight (each later prompt starts in the row of the first to finish). The
+    prompts go longest first, the order in which a run batches them (harness.run.generation.length_order)."""
     native, _, mask_id = networks("90%", 4096, args)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)
     prompts = sorted(make_prompts(max(args.batches), args.device), key=len, reverse=True)
 
     def run(b: int) -> None:
-        for i in range(0, len(prompts), b):
-            refusion_decode_rows(native, prompts[i:i + b], cfg)
+        refusion_decode_rows(native, prompts, cfg, max_rows=b)
 
     return native, prompts, run
 
 
 def section_batch(args) -> tuple[float | None, float | None]:
-    """Every batch size decodes the same prompts in consecutive batches of that size, so the rates compare one
-    workload run at different batch sizes. The time inside the network's forwards is kept apart: its ratio between
+    """Every batch size decodes the same prompts with that many rows in flight, so the rates compare one workload
+    run at different batch sizes. The time inside the network's forwards is kept apart: its ratio between
     batch sizes is what batching the same forwards gains with no decoder around them, the ceiling of the whole."""
     native, prompts, run = batch_workload(args)
     device = torch.device(args.device)
@@ -293,7 +292,7 @@ def section_batch(args) -> tuple[float | None, float | None]:
                 times[b].append(timed(device, lambda: run(b))[1])
             inside[b].append(forwards.seconds())
     print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts longest first, canvas {args.batch_canvas}, 90% "
-          "acceptance, native network)")
+          "acceptance, native network, that many rows in flight)")
     rate = {b: len(prompts) * args.batch_canvas / statistics.median(t) for b, t in times.items()}
     net = {b: statistics.median(t) for b, t in inside.items()}
     first = args.batches[0]

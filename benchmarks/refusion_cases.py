@@ -31,9 +31,8 @@ class Biased(torch.nn.Module):
     def device(self) -> torch.device:  # the published decoder reads model.device
         return next(self.inner.parameters()).device
 
-    def _nudge(self, logits, input_ids, position_ids):
-        n = logits.shape[1]
-        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
+    def _nudge(self, logits, ids, pos):
+        """In place at the cells of ``ids``/``pos`` (shaped as ``logits`` without its vocab axis)."""
         is_mask = ids == self.mask_id
         target_pos = torch.where(is_mask, pos, pos + 1)
         answer = (target_pos * 7 + 3) % (self.vocab - 1)
@@ -47,9 +46,14 @@ class Biased(torch.nn.Module):
             out = self.inner(input_ids, position_ids=position_ids, **kwargs)
         else:
             out = self.inner(input_ids=input_ids, position_ids=position_ids, **kwargs)
-        if isinstance(out, torch.Tensor):
-            return self._nudge(out, input_ids, position_ids)
-        out.logits = self._nudge(out.logits, input_ids, position_ids)
+        logits = out if isinstance(out, torch.Tensor) else out.logits
+        ragged = kwargs.get("ragged")
+        if ragged is not None:  # the native network's logits at the read cells alone
+            ids, pos = ragged.take(torch.stack([input_ids, position_ids.expand_as(input_ids)], -1)).unbind(-1)
+        else:
+            n = logits.shape[1]
+            ids, pos = input_ids[:, -n:], position_ids[:, -n:]
+        self._nudge(logits, ids, pos)
         return out
 
 

@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads,
-                                     inv_freq_on, rms_norm, rope_angles, split_heads)
+                                     inv_freq_on, rms_norm, rope_angles)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation
+from models.networks.ragged import RaggedBatch
 
 
 @dataclass(frozen=True)
@@ -63,17 +64,21 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, rope: "Rope", mask: Tensor | GroupedPlan | None, cache: KVBuffer | None,
-                layer: int, plan: Reservation | None) -> Tensor:
-        b, length, _ = x.shape
-        # q and k heads side by side, so their per-head norms and RoPE run as one op each (elementwise per head:
-        # the same numbers as normalising and rotating q and k apart)
-        qk = torch.cat([self.q_proj(x).view(b, length, self.n_heads, self.hd),
-                        self.k_proj(x).view(b, length, self.n_kv, self.hd)], dim=2)
+                layer: int, plan: Reservation | None, ragged: RaggedBatch | None = None) -> Tensor:
+        """x: [B, L, hidden], or the real tokens alone [N, hidden] of a packed ``ragged`` batch (widened to [B, L]
+        after the projections, for attention and the cache, and packed again before ``o_proj``)."""
+        b, length = rope.cos.shape[0], rope.cos.shape[2]  # the batch's shape (x may be packed): one table per cell
+        # q, k and v heads side by side, so the per-head norms and RoPE of q and k run as one op each (elementwise
+        # per head: the same numbers as normalising and rotating them apart) and a packed batch widens in one copy
+        heads = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
+        if ragged is not None and ragged.packed:
+            heads = ragged.unpack(heads, b, length)
+        heads = heads.view(b, length, self.n_heads + 2 * self.n_kv, self.hd)
         norm_weight = torch.cat([self.q_norm.weight.expand(self.n_heads, self.hd),
                                  self.k_norm.weight.expand(self.n_kv, self.hd)])
-        qk = rope.apply(rms_norm(qk, norm_weight, self.q_norm.eps).transpose(1, 2))
+        qk = rope.apply(rms_norm(heads[:, :, :self.n_heads + self.n_kv], norm_weight, self.q_norm.eps).transpose(1, 2))
         q, k = qk[:, :self.n_heads], qk[:, self.n_heads:]
-        v = split_heads(self.v_proj(x), self.n_kv)
+        v = heads[:, :, self.n_heads + self.n_kv:].transpose(1, 2)
         if cache is not None:
             k, v = cache.store(layer, plan, k, v)
         if isinstance(mask, GroupedPlan):
@@ -81,7 +86,8 @@ class Qwen3Attention(nn.Module):
         else:
             out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
                                           fused=q.device.type == "cpu")
-        return self.o_proj(merge_heads(out))
+        out = merge_heads(out)
+        return self.o_proj(ragged.pack(out) if ragged is not None and ragged.packed else out)
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,8 @@ class Qwen3Layer(nn.Module):
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: Tensor, rope: Rope, mask: Tensor | GroupedPlan | None, cache: KVBuffer | None, layer: int,
-                plan: Reservation | None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan)
+                plan: Reservation | None, ragged: RaggedBatch | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan, ragged)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -205,21 +211,23 @@ class Qwen3Network(BlockForward, nn.Module):
 
     def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
                 attention_mask: Tensor | GroupedWindows | None = None, cache: KVBuffer | None = None,
-                logits_to_keep: int = 0) -> Tensor:
-        """Logits [B, L, vocab] (only the last ``logits_to_keep`` positions when > 0).
+                logits_to_keep: int = 0, ragged: RaggedBatch | None = None) -> Tensor:
+        """Logits [B, L, vocab] (only the last ``logits_to_keep`` positions when > 0), or with ``ragged`` [M, vocab]
+        at its read cells (its real tokens alone computed when packed).
 
         position_ids: [B|1, L] RoPE positions; default = each row's key column (its cache length + 0..L-1).
         attention_mask: 4-D [B|1, 1, L, K] over the K = max(cache lengths) + L keys, bool or additive, or, with a
         cache, a ``GroupedWindows`` layout of it (attended group by group where that is cheaper); default is causal
         over each row's own entries. cache: new k/v are written at each row's length (see ``KVBuffer``).
         """
-        with self.forward_call(input_ids, position_ids, attention_mask, cache, logits_to_keep) as step:
+        with self.forward_call(input_ids, position_ids, attention_mask, cache, logits_to_keep, ragged) as step:
             return self.forward_step(*step)
 
     @contextmanager
     def forward_call(self, input_ids: Tensor, position_ids: Tensor | None = None,
                      attention_mask: Tensor | GroupedWindows | None = None, cache: KVBuffer | None = None,
-                     logits_to_keep: int = 0, static: bool = False) -> Iterator[tuple[Any, ...]]:
+                     logits_to_keep: int = 0, ragged: RaggedBatch | None = None,
+                     static: bool = False) -> Iterator[tuple[Any, ...]]:
         """``forward``'s host half: the inputs checked, the cache's columns claimed (``static`` as a compiled step
         takes them, ``KVBuffer.reserve``) and the mask built; yields ``forward_step``'s arguments."""
         if input_ids.dim() != 2:
@@ -249,7 +257,7 @@ class Qwen3Network(BlockForward, nn.Module):
         weight = self.model.embed_tokens.weight
         with claim as plan:
             mask = self._attention(attention_mask, cache, plan, length, weight.dtype, weight.device, static)
-            yield input_ids, positions, mask, cache, plan, logits_to_keep
+            yield input_ids, positions, mask, cache, plan, logits_to_keep, ragged
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
                       plan: Reservation) -> Tensor:
@@ -259,14 +267,18 @@ class Qwen3Network(BlockForward, nn.Module):
         return self.forward_step(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
 
     def forward_step(self, input_ids: Tensor, positions: Tensor, mask: Tensor | GroupedPlan | None,
-                     cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0) -> Tensor:
+                     cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0,
+                     ragged: RaggedBatch | None = None) -> Tensor:
         """``forward``'s device half, tensor work only with a static ``plan``: embed, the layers at ``positions``
         [B, L] with ``mask`` (None: causal without a cache, every key with one), final norm and head."""
-        x = self.model.embed_tokens(input_ids)
+        packed = ragged is not None and ragged.packed
+        x = self.model.embed_tokens(ragged.pack(input_ids) if packed else input_ids)
         rope = self._rope(positions, x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, rope, mask, cache, i, plan)
-        if logits_to_keep:
+            x = layer(x, rope, mask, cache, i, plan, ragged)
+        if ragged is not None:
+            x = (x if packed else x.flatten(0, 1)).index_select(0, ragged.read)
+        elif logits_to_keep:
             x = x[:, -logits_to_keep:]
         x = self.model.norm(x)
         head = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight

@@ -4,8 +4,8 @@ The decoder is written per row, as a generator that yields ``Request``s (tokens,
 to read back) and receives a ``Reply`` on the host; between requests it edits its cache row (truncate, keep chosen
 tail entries). The driver gathers the pending requests of all live rows into one forward and reads every row's
 answers with one set of ops and one transfer (``read_logits``), so N prompts decode together even when their
-buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row leaves the
-batch (its cache row is dropped).
+buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row's cache row
+is emptied for the next waiting program, or dropped when none waits.
 
 Two implementations of the cache:
   * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
@@ -18,6 +18,7 @@ where that is cheaper, any other network gets the dense mask.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Generator, Protocol
 
@@ -27,6 +28,7 @@ from torch import Tensor
 from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
 from models.decoders.sampling import add_gumbel_noise
 from models.networks.grouped_attention import GroupedWindows, dense_mask
+from models.networks.ragged import RaggedBatch
 
 
 @dataclass(frozen=True)
@@ -85,15 +87,17 @@ class Stepper(Protocol):
     device: torch.device
 
     def length(self, row: int) -> int: ...
-    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor: ...
+    def forward(self, step: "StepInputs", mask: GroupedWindows | None) -> Tensor: ...
     def truncate(self, row: int, n: int) -> None: ...
+    def empty_row(self, row: int) -> None: ...
     def keep_tail(self, row: int, start: int, index: list[int]) -> None: ...
     def select_rows(self, rows: list[int]) -> None: ...
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]: ...
 
 
 class NativeStepper:
-    """A native network with ``new_cache``/``forward(ids, position_ids, attention_mask, cache, logits_to_keep)``."""
+    """A native network with ``new_cache``/``forward(ids, position_ids, attention_mask, cache, ragged=...)``: the
+    logits at the read cells alone, the pads of a ragged batch not computed."""
 
     def __init__(self, network: torch.nn.Module, batch: int, capacity: int) -> None:
         self.network, self.cache = network, network.new_cache(batch, capacity)
@@ -109,14 +113,20 @@ class NativeStepper:
     def length(self, row: int) -> int:
         return self.cache.lengths[row]
 
-    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor:
+    def forward(self, step: "StepInputs", mask: GroupedWindows | None) -> Tensor:
         self._copy_tails()
         if mask is not None and self.compiled:
-            mask = dense_mask(mask, ids.device)
-        return self.network(ids, position_ids=positions, attention_mask=mask, cache=self.cache, logits_to_keep=keep)
+            mask = dense_mask(mask, step.ids.device)
+        return self.network(step.ids, position_ids=step.positions, attention_mask=mask, cache=self.cache,
+                            ragged=step.ragged)
 
     def truncate(self, row: int, n: int) -> None:
         self.cache.truncate(row, n)
+
+    def empty_row(self, row: int) -> None:
+        """The row's entries and its edits not yet copied dropped, for the next program to start in."""
+        self._tails = [edit for edit in self._tails if edit[0] != row]
+        self.cache.truncate(row, 0)
 
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         """Recorded now, copied before the next forward together with every other row's: one copy per forward for
@@ -151,18 +161,22 @@ class TransformersStepper:
     def length(self, row: int) -> int:
         return 0 if self.cache is None else cache_length(self.cache)
 
-    def forward(self, ids: Tensor, positions: Tensor, mask: GroupedWindows | None, keep: int) -> Tensor:
-        extra = {} if mask is None else {"attention_mask": dense_mask(mask, ids.device)}
-        if keep:
-            extra["logits_to_keep"] = keep
-        out = self.model(input_ids=ids, position_ids=positions, cache=self.cache, use_cache=True, **extra)
+    def forward(self, step: "StepInputs", mask: GroupedWindows | None) -> Tensor:
+        """The trailing ``step.keep`` logits computed (all a causal LM can skip), the read cells taken from them."""
+        extra = {} if mask is None else {"attention_mask": dense_mask(mask, step.ids.device)}
+        if step.keep < step.width:
+            extra["logits_to_keep"] = step.keep
+        out = self.model(input_ids=step.ids, position_ids=step.positions, cache=self.cache, use_cache=True, **extra)
         if self.cache is None:
             self.cache = out.cache
             check_plain_cache(self.cache)
-        return out.logits
+        return out.logits[0].index_select(0, step.ragged.read - (step.width - step.keep))
 
     def truncate(self, row: int, n: int) -> None:
         drop_last_entries(self.cache, self.length(row) - n)
+
+    def empty_row(self, row: int) -> None:
+        self.cache = None
 
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         if index == list(range(len(index))):
@@ -196,20 +210,9 @@ def request_windows(reqs: list[Request], lengths: list[int], width: int) -> Grou
     return GroupedWindows(*map(tuple, zip(*rows)), width=width)
 
 
-def batch_inputs(reqs: list[Request], device: torch.device) -> tuple[Tensor, Tensor, int, int]:
-    """(ids, positions) [rows, width], pads 0 after each row's tokens, in one host-to-device copy; the width; and how
-    many trailing logits the forward must return (every row's read span ends its tokens)."""
-    width = max(len(r.ids) for r in reqs)
-    pads = [[0] * (width - len(r.ids)) for r in reqs]
-    both = torch.tensor([[r.ids + pad for r, pad in zip(reqs, pads)], [r.positions + pad for r, pad in zip(reqs, pads)]],
-                        dtype=torch.long, device=device)
-    keep = max(width - (len(r.ids) - r.keep) if r.keep else width for r in reqs)
-    return both[0], both[1], width, keep
-
-
 @dataclass
-class _ReadPlan:
-    """Where one forward's reads sit: logits cells (row, column) of the drafts, then of the acceptances; the draft
+class ReadPlan:
+    """Where one forward's reads sit: cells (row, new-token index) of the drafts, then of the acceptances; the draft
     index of every confidence read; the token each acceptance scores; and each row's share of every kind."""
 
     rows: list[int] = field(default_factory=list)
@@ -221,9 +224,9 @@ class _ReadPlan:
     n_draft: int = 0
 
 
-def _plan_reads(reqs: list[Request], offset: int) -> _ReadPlan:
-    """Host arithmetic only: new-token index j has its logits in column j - offset."""
-    plan, accept_rows, accept_columns = _ReadPlan(), [], []
+def plan_reads(reqs: list[Request]) -> ReadPlan:
+    """Host arithmetic only: a draft reads its own cell, an acceptance of token j the cell of token j - 1."""
+    plan, accept_rows, accept_columns = ReadPlan(), [], []
     for row, r in enumerate(reqs):
         span = r.read_span()
         n_d = n_f = n_a = 0
@@ -236,13 +239,13 @@ def _plan_reads(reqs: list[Request], offset: int) -> _ReadPlan:
                 plan.firsts += firsts
                 n_f = len(firsts)
             plan.rows += [row] * n_d
-            plan.columns += range(span.start - offset, span.stop - offset)
+            plan.columns += span
             plan.n_draft += n_d
         if r.verify:
             scored = [j for j in span if (j - span.start) % r.verify]  # every token but the first of each run
             n_a = len(scored)
             accept_rows += [row] * n_a
-            accept_columns += [j - 1 - offset for j in scored]
+            accept_columns += [j - 1 for j in scored]
             plan.tokens += [r.ids[j] for j in scored]
         plan.shares.append((n_d, n_f, n_a))
     plan.rows += accept_rows
@@ -250,17 +253,47 @@ def _plan_reads(reqs: list[Request], offset: int) -> _ReadPlan:
     return plan
 
 
-def read_logits(logits: Tensor, reqs: list[Request], width: int) -> list[Reply]:
-    """Every row's reads from one forward's logits [rows, kept, V], with one set of ops for the whole batch and one
-    host read: the drafts, confidences and acceptances of all rows travel in one float32 tensor (token ids below 2**24
-    and probabilities in float32 or narrower are exact in it). Thresholds are compared on the device, in the logits'
-    dtype, as the published decoder compares them. Only Gumbel noise (temperature > 0) is drawn row by row, each row
-    from its own generator, so a row's draws do not depend on its batch."""
-    plan = _plan_reads(reqs, width - logits.shape[1])
+@dataclass(frozen=True)
+class StepInputs:
+    """One forward's device inputs, from one host-to-device copy: ids and positions [rows, width] (pads 0 after each
+    row's tokens), the ragged layout with the read cells in the plan's order, and the token ids the acceptances
+    score after the confidence reads' draft indices (``scored_at``); on the host, the width and how many trailing
+    columns hold every read cell (``keep``: what a network that can only drop leading logits keeps)."""
+
+    ids: Tensor
+    positions: Tensor
+    ragged: RaggedBatch
+    scored_at: Tensor
+    width: int
+    keep: int
+
+
+def batch_inputs(reqs: list[Request], plan: ReadPlan, device: torch.device) -> StepInputs:
+    """The rows' tokens and the plan's cells as ``StepInputs``. Packed (``RaggedBatch.real``) when some row is
+    shorter than the widest: the network then computes no pad."""
+    lengths = [len(r.ids) for r in reqs]
+    width, rows = max(lengths), len(reqs)
+    pads = [[0] * (width - n) for n in lengths]
+    packed = min(lengths) < width
+    starts = list(itertools.accumulate(lengths, initial=0)) if packed else range(0, rows * width, width)
+    real = [row * width + j for row, n in enumerate(lengths) for j in range(n)] if packed else []
+    read = [starts[row] + j for row, j in zip(plan.rows, plan.columns)]
+    flat = [t for r, pad in zip(reqs, pads) for t in r.ids + pad] + [p for r, pad in zip(reqs, pads)
+                                                                       for p in r.positions + pad]
+    parts = torch.tensor(flat + real + read + plan.firsts + plan.tokens, dtype=torch.long, device=device).split(
+        [2 * rows * width, len(real), len(read), len(plan.firsts) + len(plan.tokens)])
+    both = parts[0].view(2, rows, width)
+    keep = width - min(plan.columns, default=0)
+    return StepInputs(both[0], both[1], RaggedBatch(parts[1] if packed else None, parts[2]), parts[3], width, keep)
+
+
+def read_logits(picked: Tensor, reqs: list[Request], plan: ReadPlan, scored_at: Tensor) -> list[Reply]:
+    """Every row's reads from one forward's logits at the plan's cells [draft + accept, V], with one set of ops for
+    the whole batch and one host read: the drafts, confidences and acceptances of all rows travel in one float32
+    tensor (token ids below 2**24 and probabilities in float32 or narrower are exact in it). Thresholds are compared
+    on the device, in the logits' dtype, as the published decoder compares them. Only Gumbel noise (temperature > 0)
+    is drawn row by row, each row from its own generator, so a row's draws do not depend on its batch."""
     n_draft, n_first, n_accept = plan.n_draft, len(plan.firsts), len(plan.tokens)
-    where = torch.tensor([plan.rows, plan.columns], dtype=torch.long, device=logits.device)
-    picked = logits[where[0], where[1]]  # [draft + accept, V]
-    scored_at = torch.tensor(plan.firsts + plan.tokens, dtype=torch.long, device=logits.device)
     parts = []
     if n_draft:
         drafted = picked[:n_draft]
@@ -301,28 +334,36 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tupl
     """Run row programs to completion, one batched forward per round; returns their results and forwards per row
     (each forward split evenly across the rows it ran, the harness's rule for batched calls).
 
-    ``live`` lists the program index of each cache row (initially 0..N-1); it is updated in place as rows leave,
-    which is how each program's ``RowCache`` finds its row."""
+    ``live`` lists the program index of each cache row; it is updated in place as rows finish, which is how each
+    program's ``RowCache`` finds its row. Programs not in it wait, and start in order in the rows of finished ones
+    (the cache row emptied), so the batch stays full while any wait; rows with none left to take leave it."""
     results: list[Any] = [None] * len(programs)
     nfe = [0.0] * len(programs)
+    waiting = [i for i in range(len(programs)) if i not in live][::-1]
     pending = {i: next(programs[i]) for i in live}  # every program asks for at least one forward
     while live:
         reqs = [pending[i] for i in live]
-        ids, pos, width, keep = batch_inputs(reqs, stepper.device)
+        plan = plan_reads(reqs)
+        step = batch_inputs(reqs, plan, stepper.device)
         lengths = [stepper.length(row) for row in range(len(live))]
         plain = all(r.window == 0 for r in reqs)
-        mask = None if plain else request_windows(reqs, lengths, width)
-        logits = stepper.forward(ids, pos, mask, 0 if keep == width else keep)
+        mask = None if plain else request_windows(reqs, lengths, step.width)
+        picked = stepper.forward(step, mask)
         for row, r in enumerate(reqs):
             stepper.truncate(row, lengths[row] + len(r.ids))  # pad entries are not kept
         finished = []
-        for row, (i, reply) in enumerate(zip(live, read_logits(logits, reqs, width))):
+        for row, (i, reply) in enumerate(zip(live, read_logits(picked, reqs, plan, step.scored_at))):
             nfe[i] += 1.0 / len(live)
             try:
                 pending[i] = programs[i].send(reply)
             except StopIteration as stop:
                 results[i] = stop.value
-                finished.append(i)
+                if waiting:
+                    live[row] = waiting.pop()
+                    stepper.empty_row(row)
+                    pending[live[row]] = next(programs[live[row]])
+                else:
+                    finished.append(i)
         if finished:
             keep_rows = [row for row, i in enumerate(live) if i not in finished]
             live[:] = [live[row] for row in keep_rows]

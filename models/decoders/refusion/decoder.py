@@ -204,11 +204,14 @@ def refusion_decode_rows(
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
     row_seeds: Sequence[int] | None = None,
+    max_rows: int | None = None,
 ) -> list[RefusionTrace]:
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
-    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes all rows in one preallocated
-    buffer; any other causal LM goes row by row through a transformers cache."""
+    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes in one preallocated buffer of
+    ``max_rows`` rows (default: one per prompt): the first prompts start at once and each later one starts in the
+    row of the first to finish, so the batch stays full (continuous batching; a row's tokens do not depend on its
+    neighbours). Any other causal LM goes row by row through a transformers cache."""
     require_filled(cfg, "refusion")
     validate_refusion_config(cfg)
     if not prompts:
@@ -219,19 +222,17 @@ def refusion_decode_rows(
     flat = torch.cat(list(prompts)).tolist()  # every prompt read once, together
     bounds = [0, *itertools.accumulate(p.shape[0] for p in prompts)]
     host_prompts = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"refusion: max_rows must be at least 1, got {max_rows}")
     native = hasattr(model, "new_cache")
-    batches = [list(range(len(prompts)))] if native else [[i] for i in range(len(prompts))]
+    rows = min(max_rows or len(prompts), len(prompts)) if native else 1
     capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
-    outputs: list[RefusionTrace | None] = [None] * len(prompts)
-    for members in batches:
-        stepper = NativeStepper(model, len(members), capacity) if native else TransformersStepper(model, device)
-        live = list(range(len(members)))
-        programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, j), i,
-                                 on_commit, device) for j, i in enumerate(members)]
-        results, nfe = drive(stepper, programs, live)
-        for i, result, n in zip(members, results, nfe):
-            outputs[i] = dataclasses.replace(result, nfe=n)
-    return outputs  # type: ignore[return-value]
+    stepper = NativeStepper(model, rows, capacity) if native else TransformersStepper(model, device)
+    live = list(range(rows))
+    programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, i), i,
+                             on_commit, device) for i in range(len(prompts))]
+    results, nfe = drive(stepper, programs, live)
+    return [dataclasses.replace(result, nfe=n) for result, n in zip(results, nfe)]
 
 
 def _row_program(prompt: list[int], cfg: RefusionConfig, cache: RowCache, row: int,

@@ -138,10 +138,13 @@ class NudgedNative(torch.nn.Module):
     def new_cache(self, batch: int, capacity: int):
         return self.inner.new_cache(batch, capacity)
 
-    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0):
+    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0, ragged=None):
         logits = self.inner(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
-                            logits_to_keep=logits_to_keep)
-        n = logits.shape[1]
-        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
+                            logits_to_keep=logits_to_keep, ragged=ragged)
+        if ragged is not None:  # logits [M, V] at the read cells
+            ids, pos = ragged.take(input_ids), ragged.take(position_ids.expand_as(input_ids))
+        else:
+            n = logits.shape[1]
+            ids, pos = input_ids[:, -n:], position_ids[:, -n:]
         answer = torch.where(ids == self.mask_id, self.target[pos], self.target[(pos + 1).clamp_max(len(self.target) - 1)])
         return logits.scatter_add(-1, answer[..., None], torch.full_like(logits[..., :1], self.strength))

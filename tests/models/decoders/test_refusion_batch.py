@@ -49,7 +49,7 @@ class ScriptedNative(torch.nn.Module):
         row[want], row[MASK] = math.log(prob), -80.0
         return row
 
-    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0):
+    def forward(self, input_ids, position_ids, attention_mask=None, cache=None, logits_to_keep=0, ragged=None):
         self.calls += 1
         b, q = input_ids.shape
         before = list(cache.lengths)
@@ -62,6 +62,8 @@ class ScriptedNative(torch.nn.Module):
             assert live[:, 1].unique().numel() == before[r], "a position is cached twice"
         logits = torch.stack([torch.stack([self._row(t, p) for t, p in zip(ids, pos)])
                               for ids, pos in zip(input_ids.tolist(), position_ids.tolist())])
+        if ragged is not None:
+            return ragged.take(logits)
         return logits[:, -logits_to_keep:] if logits_to_keep else logits
 
 
@@ -96,6 +98,34 @@ def test_scripted_batch_rows_equal_batch_one(overrides):
     # each forward is split evenly across the rows it ran: the per-row shares add up to the forwards run
     assert sum(o.nfe for o in together) == pytest.approx(net.calls)
     assert all(t.nfe <= s.nfe for t, s in zip(together, singles))
+
+
+@pytest.mark.parametrize("max_rows", [1, 2, 4])
+def test_rows_in_flight_take_the_next_prompt_as_one_finishes(max_rows):
+    """``max_rows``: a later prompt starts in the row of the first to finish (its cache row emptied, any tail edit
+    left pending by the finished row dropped), so each row decodes as alone, and a forward runs every row still busy
+    until no prompt waits: at most the busy rows' own forwards in total, never more than ``max_rows`` at once."""
+    net = ScriptedNative(120, seed=3)
+    c = cfg()
+    batch = prompts([3, 9, 5, 14, 1, 7, 4])
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    widths = []
+    net.forward = lambda *a, _f=net.forward, **kw: widths.append(a[0].shape[0]) or _f(*a, **kw)
+    rows = refusion_decode_rows(net, batch, c, max_rows=max_rows)
+    assert [o.token_ids for o in rows] == [o.token_ids for o in singles]
+    assert [o.iterations for o in rows] == [o.iterations for o in singles]
+    assert max(widths) == max_rows and sum(widths) == sum(o.nfe for o in singles)
+    assert sum(o.nfe for o in rows) == pytest.approx(len(widths))
+    if max_rows == 1:
+        assert len(widths) == sum(o.nfe for o in singles)
+    else:  # the batch stays full while prompts wait: fewer forwards than static batches of max_rows
+        static = sum(max(o.nfe for o in singles[i:i + max_rows]) for i in range(0, len(batch), max_rows))
+        assert len(widths) < static if max_rows == 2 else len(widths) <= static
+
+
+def test_rows_in_flight_must_be_positive():
+    with pytest.raises(ValueError, match="max_rows must be at least 1"):
+        refusion_decode_rows(ScriptedNative(120, seed=3), prompts([3]), cfg(), max_rows=0)
 
 
 def test_tiny_network_batch_rows_equal_batch_one():

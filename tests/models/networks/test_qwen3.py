@@ -15,6 +15,7 @@ from transformers import Qwen3Config as HFQwen3Config
 
 from models.networks.loading import CheckpointError, load_network, save_network
 from models.networks.kv_buffer import KVBuffer
+from models.networks.ragged import RaggedBatch
 from models.networks.common import additive_mask
 from models.networks.qwen3 import Qwen3Network, causal_mask, causal_triangle, grouped_query_attention
 from models.tiny import materialize
@@ -134,6 +135,44 @@ def test_batched_rows_of_different_lengths_match_single_rows(pair):
     for row, src in enumerate((2, 0)):
         full = hf(input_ids=torch.cat([prompts[src], step[src:src + 1], step[src:src + 1, :1]], 1)).logits[0, -1]
         assert (nxt[row, 0] - full).abs().max() < 3e-5
+
+
+@torch.no_grad()
+def test_ragged_batch_computes_real_tokens_and_read_cells_only(pair):
+    """A ``RaggedBatch``: rows of 5, 2 and 4 new tokens on caches of different lengths, packed (no pad computed)
+    and the head at chosen cells only, repeats included, against each row alone through transformers' network."""
+    hf, net = pair
+    prompts = [ids_for(hf, 1, n, 20 + n) for n in (4, 9, 6)]
+    new = [ids_for(hf, 1, n, 30 + n) for n in (5, 2, 4)]
+    width = max(t.shape[1] for t in new)
+    cache = net.new_cache(batch=3, capacity=32)
+    for row, p in enumerate(prompts):  # each row's prompt through its own forward: different cache lengths
+        one = net.new_cache(batch=1, capacity=32)
+        net(p, cache=one)
+        cache.kv[:, :, row] = one.kv[:, :, 0]
+        cache.lengths[row] = p.shape[1]
+    ids = torch.cat([torch.cat([t, t.new_zeros(1, width - t.shape[1])], 1) for t in new])
+    pos = torch.tensor([[p.shape[1] + j for j in range(width)] for p in prompts])
+    cells = [(0, 0), (0, 4), (1, 1), (2, 3), (1, 0), (0, 4)]  # (row, new token), read twice at (0, 4)
+    starts = [0, 5, 7]
+    real = torch.tensor([row * width + j for row, t in enumerate(new) for j in range(t.shape[1])])
+    read = torch.tensor([starts[row] + j for row, j in cells])
+    logits = net(ids, position_ids=pos, cache=cache, ragged=RaggedBatch(real, read))
+    assert logits.shape == (len(cells), hf.config.vocab_size)
+    for (row, j), got in zip(cells, logits):
+        full = hf(input_ids=torch.cat([prompts[row], new[row]], 1)).logits[0, prompts[row].shape[1] + j]
+        assert (got - full).abs().max() < 3e-5
+    for row, (p, t) in enumerate(zip(prompts, new)):  # the real tokens' entries cached as a lone row's forward
+        cache.truncate(row, p.shape[1] + t.shape[1])
+        one = net.new_cache(batch=1, capacity=32)
+        net(torch.cat([p, t], 1), cache=one)
+        n = p.shape[1] + t.shape[1]
+        assert (cache.kv[:, :, row, :, :n] - one.kv[:, :, 0, :, :n]).abs().max() < 3e-5
+    # no pads: the batch used as it is, the cells flat indices into it (the head's GEMM has fewer rows than the
+    # plain forward's, so its float rounding may differ)
+    unpacked = net(ids[:1], position_ids=pos[:1], cache=net.new_cache(1, 32), ragged=RaggedBatch(None, read[:2]))
+    plain = net(ids[:1], position_ids=pos[:1], cache=net.new_cache(1, 32))
+    assert (unpacked - plain[0, read[:2]]).abs().max() < 1e-5
 
 
 def test_strict_loading_names_and_shapes(tmp_path):
