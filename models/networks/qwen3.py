@@ -64,15 +64,15 @@ class Qwen3Attention(nn.Module):
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
     def forward(self, x: Tensor, rope: "Rope", mask: Tensor | GroupedPlan | None, cache: KVBuffer | None,
-                layer: int, plan: Reservation | None, ragged: RaggedBatch | None = None) -> Tensor:
-        """x: [B, L, hidden], or the real tokens alone [N, hidden] of a packed ``ragged`` batch (widened to [B, L]
-        after the projections, for attention and the cache, and packed again before ``o_proj``)."""
+                layer: int, plan: Reservation | None, packed: RaggedBatch | None = None) -> Tensor:
+        """x: [B, L, hidden], or with a ``packed`` batch its real tokens alone [N, hidden] (widened to [B, L] after
+        the projections, for attention and the cache, and packed again before ``o_proj``)."""
         b, length = rope.cos.shape[0], rope.cos.shape[2]  # the batch's shape (x may be packed): one table per cell
         # q, k and v heads side by side, so the per-head norms and RoPE of q and k run as one op each (elementwise
         # per head: the same numbers as normalising and rotating them apart) and a packed batch widens in one copy
         heads = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
-        if ragged is not None and ragged.packed:
-            heads = ragged.unpack(heads, b, length)
+        if packed is not None:
+            heads = packed.unpack(heads, b, length)
         heads = heads.view(b, length, self.n_heads + 2 * self.n_kv, self.hd)
         norm_weight = torch.cat([self.q_norm.weight.expand(self.n_heads, self.hd),
                                  self.k_norm.weight.expand(self.n_kv, self.hd)])
@@ -87,7 +87,7 @@ class Qwen3Attention(nn.Module):
             out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
                                           fused=q.device.type == "cpu")
         out = merge_heads(out)
-        return self.o_proj(ragged.pack(out) if ragged is not None and ragged.packed else out)
+        return self.o_proj(out if packed is None else packed.pack(out))
 
 
 @dataclass(frozen=True)
@@ -142,8 +142,8 @@ class Qwen3Layer(nn.Module):
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
     def forward(self, x: Tensor, rope: Rope, mask: Tensor | GroupedPlan | None, cache: KVBuffer | None, layer: int,
-                plan: Reservation | None, ragged: RaggedBatch | None = None) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan, ragged)
+                plan: Reservation | None, packed: RaggedBatch | None = None) -> Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan, packed)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -271,13 +271,13 @@ class Qwen3Network(BlockForward, nn.Module):
                      ragged: RaggedBatch | None = None) -> Tensor:
         """``forward``'s device half, tensor work only with a static ``plan``: embed, the layers at ``positions``
         [B, L] with ``mask`` (None: causal without a cache, every key with one), final norm and head."""
-        packed = ragged is not None and ragged.packed
-        x = self.model.embed_tokens(ragged.pack(input_ids) if packed else input_ids)
+        packed = ragged if ragged is not None and ragged.real is not None else None  # the layers' packed batch
+        x = self.model.embed_tokens(input_ids if packed is None else packed.pack(input_ids))
         rope = self._rope(positions, x.dtype)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, rope, mask, cache, i, plan, ragged)
+            x = layer(x, rope, mask, cache, i, plan, packed)
         if ragged is not None:
-            x = (x if packed else x.flatten(0, 1)).index_select(0, ragged.read)
+            x = (x.flatten(0, 1) if packed is None else x).index_select(0, ragged.read)
         elif logits_to_keep:
             x = x[:, -logits_to_keep:]
         x = self.model.norm(x)

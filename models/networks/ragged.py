@@ -23,19 +23,13 @@ class RaggedBatch:
     real: Tensor | None
     read: Tensor
 
-    @property
-    def packed(self) -> bool:
-        return self.real is not None
-
     def pack(self, x: Tensor) -> Tensor:
         """[B, L, ...] -> [N, ...], the real tokens' entries in order."""
         flat = x.flatten(0, 1)
         return flat if self.real is None else flat.index_select(0, self.real)
 
     def unpack(self, x: Tensor, batch: int, length: int) -> Tensor:
-        """[N, ...] -> [B, L, ...], zeros at the pads."""
-        if self.real is None:
-            return x.view(batch, length, *x.shape[1:])
+        """[N, ...] -> [B, L, ...], zeros at the pads (a packed batch: ``real`` given)."""
         padded = x.new_zeros(batch * length, *x.shape[1:]).index_copy_(0, self.real, x)
         return padded.view(batch, length, *x.shape[1:])
 
