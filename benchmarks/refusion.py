@@ -18,7 +18,8 @@ Sections:
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
      time in the attention kernel and in matrix products, against the time of every op, at each batch size; then
      one forward of a batch-1 forward's width timed alone (no profiler) at each batch size: the gain batching the
-     network itself gives, the ceiling of section 3's, with section 3's batch-8 speed-up as a fraction of it.
+     network itself gives, the ceiling of section 3's, with section 3's batch-8 speed-up as a fraction of it; then one
+     batch-8 forward of the decode beside one of the ceiling's, op by op, to show where the difference goes.
 
 The targets close the run: each ratio against its bound, PASS or FAIL, or why it was not measured.
 
@@ -29,6 +30,7 @@ The targets close the run: each ratio against its bound, PASS or FAIL, or why it
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -49,6 +51,9 @@ from refusion_published import PublishedUnavailable, PublishedWorker
 TARGETS = {"wall vs published (all canvases)": 0.7, "per-token 1024/128 at 90%": 1.3, "batch 8 / batch 1 tokens/s": 2.5}
 FORWARD_GROWTH = 1.1  # ReFusion's time per forward (fixed serial blocks), largest canvas over smallest, over AR's
 CEILING_SHARE = 0.8  # section 3's batch-8 speed-up over section 4's one-forward-alone gain at batch 8
+# Section 3's rounds per --rounds: its decodes take a fraction of a second, and three of them swung its batch-8
+# ratio 0.53-0.71 between consecutive runs of the same code
+BATCH_ROUNDS = 3
 
 
 def networks(regime: str, max_pos: int, args, period: int | None = None):
@@ -182,6 +187,7 @@ def section_canvas(args) -> dict[str, float | None]:
     fixed = [c for c in args.canvas if c % args.serial_block == 0]
     ratios: dict[str, float | None] = {}
     tables: dict[str, dict[tuple[str, int], tuple[int, list[float]]]] = {}
+    decoder_own: dict[str, dict[tuple[str, int], float]] = {}  # time outside network forwards per forward
     prompt = make_prompts(1, args.device)[0][None]
     ones = torch.ones_like(prompt)
     for regime in REGIMES:  # rejections repeat every serial block: each block has the same mix of forwards
@@ -204,13 +210,19 @@ def section_canvas(args) -> dict[str, float | None]:
                 raise RuntimeError(f"section 2, {regime}, {row}: {filled} tokens at canvas {c} (NO_EOS fills it)")
             forwards[row, c] = counter.calls
         times: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
+        outside: dict[tuple[str, int], list[float]] = {key: [] for key in runs}  # the decoder's own time
         for r in range(args.rounds):
             order = ROWS + ("two blocks",) if r % 2 == 0 else ("two blocks",) + ROWS[::-1]
             for c in args.canvas:
                 for row in order:
                     if (row, c) in runs:
-                        times[row, c].append(timed(device, runs[row, c][1])[1])
+                        network, decode = runs[row, c]
+                        with ForwardTimer(network, device) as inside:  # the wrapper counts as network
+                            seconds = timed(device, decode)[1]
+                        times[row, c].append(seconds)
+                        outside[row, c].append(seconds - inside.seconds())
         tables[regime] = {key: (forwards[key], times[key]) for key in runs}
+        decoder_own[regime] = {key: statistics.median(t) / forwards[key] for key, t in outside.items()}
         per_forward = {key: statistics.median(t) / forwards[key] for key, t in times.items()}
         if len(fixed) >= 2:
             growth = {row: per_forward[row, max(fixed)] / per_forward[row, min(fixed)] for row in ROWS}
@@ -249,6 +261,11 @@ def section_canvas(args) -> dict[str, float | None]:
                       / (statistics.median(table[row, a][1]) / table[row, a][0]) for row in ROWS}
             print(f"  {regime:8s} time per forward {b}/{a}: ReFusion x{growth['refusion']:.2f}, "
                   f"AR x{growth['ar']:.2f}; ReFusion's growth / AR's = {ratios[f'fixed {regime}']:.2f}")
+            own = decoder_own[regime]
+            print(f"  {regime:8s} of it outside network forwards, ms per forward at {a} and {b}: ReFusion "
+                  f"{own['refusion', a] * 1e3:.3f} and {own['refusion', b] * 1e3:.3f} "
+                  f"(x{own['refusion', b] / own['refusion', a]:.2f}), AR {own['ar', a] * 1e3:.3f} and "
+                  f"{own['ar', b] * 1e3:.3f} (x{own['ar', b] / own['ar', a]:.2f})")
 
     print("\n   the same with two serial blocks at every canvas (a longer canvas means larger blocks), ReFusion, "
           "native network: time per generated token (ms), then per forward")
@@ -278,21 +295,23 @@ def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[
 
 def section_batch(args) -> tuple[float | None, float | None]:
     """Every batch size decodes the same prompts with that many rows in flight, so the rates compare one workload
-    run at different batch sizes. The time inside the network's forwards is kept apart: its ratio between
-    batch sizes is what batching the same forwards gains with no decoder around them, the ceiling of the whole."""
+    run at different batch sizes, in interleaved rounds (the order flipped every other round). The time inside the
+    network's forwards is kept apart: its ratio between batch sizes is what batching the same forwards gains with no
+    decoder around them, the ceiling of the whole."""
     native, prompts, run = batch_workload(args)
     device = torch.device(args.device)
     times: dict[int, list[float]] = {b: [] for b in args.batches}
     inside: dict[int, list[float]] = {b: [] for b in args.batches}
     for b in args.batches:
         run(b)  # warm-up
-    for _ in range(args.rounds):
-        for b in args.batches:
+    rounds = BATCH_ROUNDS * args.rounds
+    for r in range(rounds):
+        for b in args.batches if r % 2 == 0 else args.batches[::-1]:
             with ForwardTimer(native.inner, device) as forwards:
                 times[b].append(timed(device, lambda: run(b))[1])
             inside[b].append(forwards.seconds())
     print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts longest first, canvas {args.batch_canvas}, 90% "
-          "acceptance, native network, that many rows in flight)")
+          f"acceptance, native network, that many rows in flight; medians of {rounds} interleaved rounds)")
     rate = {b: len(prompts) * args.batch_canvas / statistics.median(t) for b, t in times.items()}
     net = {b: statistics.median(t) for b, t in inside.items()}
     first = args.batches[0]
@@ -315,7 +334,8 @@ def op_ms(events, own: str, names: tuple[str, ...] | None = None) -> float:
 def section_profile(args, speedup: float | None) -> float | None:
     """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here.
     Then ``forward_gain``'s ceiling, with section 3's batch-8 speed-up over batch 1 (``speedup``, when section 3
-    ran) as a fraction of it beside it. Returns the gain at batch 8 over batch 1 (None without both)."""
+    ran) as a fraction of it beside it, and ``forward_breakdown``. Returns the gain at batch 8 over batch 1 (None
+    without both)."""
     native, prompts, run = batch_workload(args)
     fed = {"calls": 0, "tokens": 0}
 
@@ -347,8 +367,8 @@ def section_profile(args, speedup: float | None) -> float | None:
         print(f"  {b:5d} {calls:8.0f} {tokens:10.0f} {attention:9.1f} {attention / calls:11.2f} {matmul:7.1f} "
               f"{every:7.1f}")
     width = round(statistics.median(r[1] / r[0] for r in rows[args.batches[0]]))
-    gain = forward_gain(native.inner, width, round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2,
-                        args)
+    cached = round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2
+    gain = forward_gain(native.inner, width, cached, args)
     if 8 not in gain or 1 not in gain:
         return None
     ceiling = gain[8] / gain[1]
@@ -357,30 +377,36 @@ def section_profile(args, speedup: float | None) -> float | None:
     else:
         print(f"  ceiling at batch 8: x{ceiling:.2f}; section 3's batch-8 tokens/s x{speedup:.2f} over batch 1 = "
               f"{speedup / ceiling:.2f} of it (target >= {CEILING_SHARE})")
+    forward_breakdown(native.inner, run, width, cached, args)
     return ceiling
 
 
+def uniform_forward(network: torch.nn.Module, b: int, width: int, cached: int,
+                    device: torch.device) -> Callable[[], None]:
+    """The ceiling's call: one forward of ``b`` uniform rows, ``width`` new tokens each on ``cached`` entries under a
+    dense mask, as ReFusion's forwards have; the new entries are dropped after it, so it can be timed again."""
+    cache = network.new_cache(b, cached + width)
+    network(torch.zeros(b, cached, dtype=torch.long, device=device), cache=cache)
+    ids = torch.zeros(b, width, dtype=torch.long, device=device)
+    mask = torch.ones(b, 1, width, cached + width, dtype=torch.bool, device=device)
+
+    def call() -> None:
+        network(ids, attention_mask=mask, cache=cache)
+        for row in range(b):
+            cache.truncate(row, cached)
+
+    return call
+
+
 def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dict[int, float]:
-    """What batching one forward gains with no decoder around it and no padding: ``width`` new tokens per row (what
-    a batch-1 forward of section 3 feeds on average) on ``cached`` entries (a mean prompt and half the canvas), under
-    a dense mask as ReFusion's forwards have, timed alone at each batch size in interleaved rounds.
-    ``B * t(1) / t(B)`` bounds what any decoder can gain from batching such forwards on this device; returned by
-    batch size."""
+    """What batching one forward gains with no decoder around it and no padding: ``uniform_forward`` at each batch
+    size, ``width`` new tokens per row (what a batch-1 forward of section 3 feeds on average) on ``cached`` entries
+    (a mean prompt and half the canvas), timed alone in interleaved rounds. ``B * t(1) / t(B)`` bounds what any
+    decoder can gain from batching such forwards on this device; returned by batch size."""
     device = torch.device(args.device)
     times: dict[int, list[float]] = {b: [] for b in args.batches}
-    calls = {}
-    for b in args.batches:
-        cache = network.new_cache(b, cached + width)
-        network(torch.zeros(b, cached, dtype=torch.long, device=device), cache=cache)
-        ids = torch.zeros(b, width, dtype=torch.long, device=device)
-        mask = torch.ones(b, 1, width, cached + width, dtype=torch.bool, device=device)
-
-        def call(cache=cache, ids=ids, mask=mask) -> None:
-            network(ids, attention_mask=mask, cache=cache)
-            for row in range(cache.batch):
-                cache.truncate(row, cached)
-
-        calls[b] = call
+    calls = {b: uniform_forward(network, b, width, cached, device) for b in args.batches}
+    for call in calls.values():
         call()  # warm-up
     for _ in range(10 * args.rounds):
         for b in args.batches:
@@ -393,6 +419,79 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
         print(f"  batch {b:3d}: {statistics.median(t) * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
               f"  gain from batching x{gain[b]:.2f}")
     return gain
+
+
+def decode_forward(network: torch.nn.Module, run: Callable[[int], None], b: int,
+                   width: int) -> tuple[Callable[[], None], str]:
+    """One forward of section 3's decode at ``b`` rows in flight, replayable: of the forwards with all ``b`` rows,
+    the one whose real tokens come closest to ``b * width`` (a ceiling forward's), with copies of its inputs and
+    cache. The decode is deterministic, so a first pass finds it and a second copies it. Returns the call and its
+    shape in words."""
+    real: list[tuple[int, int]] = []  # (rows, real tokens) of each forward
+    chosen: dict[str, object] = {}
+
+    def note(_module, inputs, kwargs) -> None:
+        ids, ragged = inputs[0], kwargs.get("ragged")
+        real.append((ids.shape[0], ids.numel() if ragged is None or ragged.real is None else ragged.real.numel()))
+
+    def keep(_module, inputs, kwargs) -> None:
+        if len(real) == target:
+            chosen.update(ids=inputs[0].clone(), kwargs={**kwargs, "cache": copy.deepcopy(kwargs["cache"])})
+        real.append((0, 0))
+
+    hook = network.register_forward_pre_hook(note, with_kwargs=True)
+    run(b)
+    hook.remove()
+    full = [i for i, (rows, _) in enumerate(real) if rows == b]
+    target = min(full, key=lambda i: abs(real[i][1] - b * width))
+    tokens = real[target][1]
+    real.clear()
+    hook = network.register_forward_pre_hook(keep, with_kwargs=True)
+    run(b)
+    hook.remove()
+    ids, kwargs = chosen["ids"], chosen["kwargs"]
+    cache = kwargs["cache"]
+    lengths = list(cache.lengths)
+
+    def call() -> None:
+        network(ids, **kwargs)
+        for row, n in enumerate(lengths):
+            cache.truncate(row, n)
+
+    shape = (f"{b} rows padded to {ids.shape[1]} new tokens ({tokens} real) on {min(lengths)}-{max(lengths)} "
+             "cached entries")
+    return call, shape
+
+
+def op_self_times(call: Callable[[], None], n: int, cuda: bool) -> dict[str, tuple[float, float]]:
+    """Each op's own time (us) and calls, means over ``n`` profiled calls after a warm-up."""
+    call()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    with profile(activities=activities) as prof:
+        for _ in range(n):
+            call()
+    return {e.key: (getattr(e, own) / n, e.count / n) for e in prof.key_averages()}
+
+
+def forward_breakdown(network: torch.nn.Module, run: Callable[[int], None], width: int, cached: int, args) -> None:
+    """Section 3's batch-8 forward beside the ceiling's batch-8 forward, op by op: where the decode's batched forward
+    spends more than the uniform one (rows of different lengths padded to the widest, cache writes by index, the
+    mask built from the layout, packing)."""
+    device, cuda = torch.device(args.device), args.device.startswith("cuda")
+    n = 10 * args.rounds
+    call, shape = decode_forward(network, run, 8, width)
+    decode = op_self_times(call, n, cuda)
+    uniform = op_self_times(uniform_forward(network, 8, width, cached, device), n, cuda)
+    total = {name: sum(t for t, _ in ops.values()) for name, ops in (("decode", decode), ("uniform", uniform))}
+    print(f"\n   one batch-8 forward of the decode ({shape}) against the ceiling's (8 rows of {width} on {cached}); "
+          f"profiler self time, us, means of {n} calls: {total['decode']:.0f} against {total['uniform']:.0f}. "
+          "The ops that differ most:")
+    zero = (0.0, 0.0)
+    names = sorted(set(decode) | set(uniform), key=lambda k: -abs(decode.get(k, zero)[0] - uniform.get(k, zero)[0]))
+    for name in names[:12]:
+        (d, dn), (u, un) = decode.get(name, zero), uniform.get(name, zero)
+        print(f"  {name[:48]:48s} {d:8.1f} ({dn:3.0f} calls)  {u:8.1f} ({un:3.0f} calls)  {d - u:+8.1f}")
 
 
 def main() -> None:

@@ -25,8 +25,12 @@ RUNS = {
                   r"^  \(its network forwards alone\) +[\d.]+$",
                   r"^  batch   8: +[\d.]+ ms \[[\d.]+-[\d.]+\]  gain from batching x[\d.]+$",
                   r"^  \(one forward alone, batch 8\) +[\d.]+$",
+                  r"^   one batch-8 forward of the decode \(8 rows padded to \d+ new tokens \(\d+ real\) on \d+-\d+ ",
+                  r"^  aten::\S+ +[\d.]+ \( *\d+ calls\) +[\d.]+ \( *\d+ calls\) +[+-][\d.]+$",
                   r"^  wall vs published, 90% \(all canvases\) +not measured \(run --sections 1 with --reference\)$",
                   r"^  all +time per forward 256/128: ReFusion x[\d.]+, AR x[\d.]+; ReFusion's growth / AR's = [\d.]+$",
+                  r"^  90% +of it outside network forwards, ms per forward at 128 and 256: ReFusion [\d.]+ and [\d.]+ "
+                  r"\(x[\d.]+\), AR [\d.]+ and [\d.]+ \(x[\d.]+\)$",
                   r"^  per-forward 256/128 over AR's, random +[\d.]+ \(target <= 1\.1\)  (PASS|FAIL)$",
                   r"^  ceiling at batch 8: x[\d.]+; section 3's batch-8 tokens/s x[\d.]+ over batch 1 = [\d.]+ of it",
                   r"^  batch 8 / one-forward ceiling +[\d.]+ \(target >= 0\.8\)  (PASS|FAIL)$"]),
