@@ -12,7 +12,8 @@ Sections:
      with the serial block size held fixed (``--serial-block``, default 128: a longer canvas adds serial blocks, as
      the paper's settings do, 512 tokens in 4 to 64 of them) beside the AR decoder (models/decoders/ar.py) on
      transformers' Qwen3ForCausalLM from the same checkpoint in the same regime wrapper, in the same interleaved
-     rounds; then ReFusion in two serial blocks at every canvas (a longer canvas means larger blocks);
+     rounds, each decoder's time per forward also split into its network's calls and its own work; then ReFusion in
+     two serial blocks at every canvas (a longer canvas means larger blocks);
   3. tokens/s at several batch sizes: the same prompts (of different lengths, 90% acceptance) decoded with that
      many rows in flight (continuous batching: a prompt starts in the row of the first to finish);
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
