@@ -51,6 +51,17 @@ class Qwen3NetworkConfig(QwenFamilyConfig):
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
 
 
+@dataclass(frozen=True)
+class AlignedCausal:
+    """Each new token sees the keys up to its own index: no cache, or an empty one. SDPA computes that with
+    ``is_causal`` and no mask, so its kernels skip the blocks above the diagonal (a prompt's forward, on every
+    device), where a mask would have them score every key and hide half."""
+
+
+# What every layer attends with: an additive mask, a grouped plan, aligned causal, or None (every key).
+Attention = Tensor | GroupedPlan | AlignedCausal | None
+
+
 class Qwen3Attention(nn.Module):
     def __init__(self, cfg: Qwen3NetworkConfig) -> None:
         super().__init__()
@@ -63,7 +74,7 @@ class Qwen3Attention(nn.Module):
         self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)  # over each head's hd features, before RoPE
         self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
 
-    def forward(self, x: Tensor, rope: "Rope", mask: Tensor | GroupedPlan | None, cache: KVBuffer | None,
+    def forward(self, x: Tensor, rope: "Rope", mask: Attention, cache: KVBuffer | None,
                 layer: int, plan: Reservation | None, packed: RaggedBatch | None = None) -> Tensor:
         """x: [B, L, hidden], or with a ``packed`` batch its real tokens alone [N, hidden] (widened to [B, L] after
         the projections, for attention and the cache, and packed again before ``o_proj``)."""
@@ -83,9 +94,10 @@ class Qwen3Attention(nn.Module):
             k, v = cache.store(layer, plan, k, v)
         if isinstance(mask, GroupedPlan):
             out = grouped_attention(q, k, v, mask)
+        elif isinstance(mask, AlignedCausal):
+            out = grouped_query_attention(q, k, v, None, causal=True, fused=q.device.type == "cpu")
         else:
-            out = grouped_query_attention(q, k, v, mask, causal=mask is None and cache is None,
-                                          fused=q.device.type == "cpu")
+            out = grouped_query_attention(q, k, v, mask, causal=False, fused=q.device.type == "cpu")
         out = merge_heads(out)
         return self.o_proj(out if packed is None else packed.pack(out))
 
@@ -141,7 +153,7 @@ class Qwen3Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: Tensor, rope: Rope, mask: Tensor | GroupedPlan | None, cache: KVBuffer | None, layer: int,
+    def forward(self, x: Tensor, rope: Rope, mask: Attention, cache: KVBuffer | None, layer: int,
                 plan: Reservation | None, packed: RaggedBatch | None = None) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, mask, cache, layer, plan, packed)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -192,10 +204,11 @@ class Qwen3Network(BlockForward, nn.Module):
 
     def _attention(self, attention_mask: Tensor | GroupedWindows | None, cache: KVBuffer | None,
                    plan: Reservation | None, length: int, dtype: torch.dtype, device: torch.device,
-                   static: bool) -> Tensor | GroupedPlan | None:
+                   static: bool) -> Attention:
         """What every layer attends with: an additive mask (the caller's widened to a static plan's columns, the
         free ones hidden), a grouped plan (not in a static call: its integers would shape the compiled step), or
-        None (causal, no cache)."""
+        aligned causal (the default with no cache or an empty one; a static plan reads every column, so it takes
+        the mask)."""
         if isinstance(attention_mask, GroupedWindows):
             if not static and grouping_pays(attention_mask, self.config.num_attention_heads, device):
                 return plan_grouped(attention_mask, self.config.num_attention_heads, self.config.kv_heads, dtype,
@@ -205,9 +218,9 @@ class Qwen3Network(BlockForward, nn.Module):
             mask = additive_mask(attention_mask, dtype)
             free = 0 if plan is None else plan.key_len - mask.shape[-1]
             return F.pad(mask, (0, free), value=float("-inf")) if free else mask
-        if cache is not None:
+        if cache is not None and plan.uniform != 0:
             return causal_mask(self._triangle(cache.capacity, device, dtype), plan, length)
-        return None
+        return AlignedCausal()
 
     def forward(self, input_ids: Tensor, position_ids: Tensor | None = None,
                 attention_mask: Tensor | GroupedWindows | None = None, cache: KVBuffer | None = None,
@@ -266,11 +279,11 @@ class Qwen3Network(BlockForward, nn.Module):
             mask = additive_mask(mask, self.model.embed_tokens.weight.dtype)
         return self.forward_step(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
 
-    def forward_step(self, input_ids: Tensor, positions: Tensor, mask: Tensor | GroupedPlan | None,
+    def forward_step(self, input_ids: Tensor, positions: Tensor, mask: Attention,
                      cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0,
                      ragged: RaggedBatch | None = None) -> Tensor:
         """``forward``'s device half, tensor work only with a static ``plan``: embed, the layers at ``positions``
-        [B, L] with ``mask`` (None: causal without a cache, every key with one), final norm and head."""
+        [B, L] with ``mask`` (None: every key), final norm and head."""
         packed = ragged if ragged is not None and ragged.real is not None else None  # the layers' packed batch
         x = self.model.embed_tokens(input_ids if packed is None else packed.pack(input_ids))
         rope = self._rope(positions, x.dtype)

@@ -175,6 +175,36 @@ def test_ragged_batch_computes_real_tokens_and_read_cells_only(pair):
     assert (unpacked - plain[0, read[:2]]).abs().max() < 1e-5
 
 
+@torch.no_grad()
+def test_prompt_on_an_empty_cache_attends_causal_without_a_mask(pair, monkeypatch):
+    """New tokens on an empty cache (rows padded at the end) go to SDPA as ``is_causal`` with no mask, so the kernel
+    skips the blocks above the diagonal; the logits and cached entries are those of an explicit causal mask over the
+    same columns and of transformers' network, and the next forward (a filled cache) takes a mask again."""
+    hf, net = pair
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("attn_mask") is None, kwargs.get("is_causal", False)))
+        return sdpa(*args, **kwargs)
+
+    ids = ids_for(hf, 2, 9, 5)
+    cache, masked_cache = net.new_cache(2, 16), net.new_cache(2, 16)
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    logits = net(ids, cache=cache)
+    assert calls and all(call == (True, True) for call in calls)
+    calls.clear()
+    masked = net(ids, attention_mask=torch.ones(9, 9, dtype=torch.bool).tril()[None, None], cache=masked_cache)
+    assert calls and not any(causal for _, causal in calls)
+    assert (logits - masked).abs().max() < 1e-6
+    assert (cache.kv[..., :9, :] - masked_cache.kv[..., :9, :]).abs().max() < 1e-6
+    for row in range(2):
+        assert (logits[row] - hf(input_ids=ids[row:row + 1]).logits[0]).abs().max() < 3e-5
+    calls.clear()
+    net(ids[:, :1], cache=cache)
+    assert calls and all(not causal for _, causal in calls)
+
+
 def test_strict_loading_names_and_shapes(tmp_path):
     _, folder = hf_checkpoint(tmp_path, "ok", **SCALED_8B)
     net = load_network(folder, "qwen3", dtype=torch.float32)
