@@ -345,9 +345,7 @@ def section_profile(args, speedup: float | None) -> float | None:
         fed["tokens"] += inputs[0].numel()
 
     native.inner.register_forward_pre_hook(count, with_kwargs=True)
-    cuda = args.device.startswith("cuda")
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    activities, own = profiler_settings(args.device.startswith("cuda"))
     rows: dict[int, list[tuple[float, ...]]] = {b: [] for b in args.batches}
     for b in args.batches:
         run(b)  # warm-up
@@ -464,11 +462,16 @@ def decode_forward(network: torch.nn.Module, run: Callable[[int], None], b: int,
     return call, shape
 
 
+def profiler_settings(cuda: bool) -> tuple[list[ProfilerActivity], str]:
+    """What torch.profiler records and which own-time field to read: the device's time on CUDA, else the CPU's."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    return activities, "self_device_time_total" if cuda else "self_cpu_time_total"
+
+
 def op_self_times(call: Callable[[], None], n: int, cuda: bool) -> dict[str, tuple[float, float]]:
     """Each op's own time (us) and calls, means over ``n`` profiled calls after a warm-up."""
     call()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    own = "self_device_time_total" if cuda else "self_cpu_time_total"
+    activities, own = profiler_settings(cuda)
     with profile(activities=activities) as prof:
         for _ in range(n):
             call()

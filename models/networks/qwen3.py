@@ -94,10 +94,10 @@ class Qwen3Attention(nn.Module):
             k, v = cache.store(layer, plan, k, v)
         if isinstance(mask, GroupedPlan):
             out = grouped_attention(q, k, v, mask)
-        elif isinstance(mask, AlignedCausal):
-            out = grouped_query_attention(q, k, v, None, causal=True, fused=q.device.type == "cpu")
         else:
-            out = grouped_query_attention(q, k, v, mask, causal=False, fused=q.device.type == "cpu")
+            causal = isinstance(mask, AlignedCausal)
+            out = grouped_query_attention(q, k, v, None if causal else mask, causal=causal,
+                                          fused=q.device.type == "cpu")
         out = merge_heads(out)
         return self.o_proj(out if packed is None else packed.pack(out))
 
