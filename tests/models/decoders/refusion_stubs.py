@@ -109,12 +109,16 @@ class NudgedLM(torch.nn.Module):
         self.register_buffer("target", torch.tensor(target + [target[-1]]), persistent=False)  # moves with .to()
         self.config = inner.config
 
+    def nudge(self, logits: torch.Tensor, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """``logits`` with the nudge at the cells whose ids and positions are ``ids``/``pos`` (its shape less vocab)."""
+        after = self.target[(pos + 1).clamp_max(len(self.target) - 1)]
+        answer = torch.where(ids == self.mask_id, self.target[pos], after)
+        return logits.scatter_add(-1, answer[..., None], torch.full_like(logits[..., :1], self.strength))
+
     def forward(self, input_ids, position_ids, **kwargs):
         out = self.inner(input_ids=input_ids, position_ids=position_ids, **kwargs)
         n = out.logits.shape[1]
-        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
-        answer = torch.where(ids == self.mask_id, self.target[pos], self.target[pos + 1])
-        out.logits = out.logits.scatter_add(-1, answer[..., None], torch.full_like(out.logits[..., :1], self.strength))
+        out.logits = self.nudge(out.logits, input_ids[:, -n:], position_ids[:, -n:])
         return out
 
 
@@ -127,13 +131,8 @@ def native_copy(model: Qwen3ForCausalLM):
     return net.eval()
 
 
-class NudgedNative(torch.nn.Module):
+class NudgedNative(NudgedLM):
     """``NudgedLM`` for a native network (``new_cache`` and the native forward signature)."""
-
-    def __init__(self, inner: torch.nn.Module, mask_id: int, target: list[int], strength: float):
-        super().__init__()
-        self.inner, self.mask_id, self.strength = inner, mask_id, strength
-        self.register_buffer("target", torch.tensor(target + [target[-1]]), persistent=False)  # moves with .to()
 
     def new_cache(self, batch: int, capacity: int):
         return self.inner.new_cache(batch, capacity)
@@ -142,9 +141,6 @@ class NudgedNative(torch.nn.Module):
         logits = self.inner(input_ids, position_ids=position_ids, attention_mask=attention_mask, cache=cache,
                             logits_to_keep=logits_to_keep, ragged=ragged)
         if ragged is not None:  # logits [M, V] at the read cells
-            ids, pos = ragged.take(input_ids), ragged.take(position_ids.expand_as(input_ids))
-        else:
-            n = logits.shape[1]
-            ids, pos = input_ids[:, -n:], position_ids[:, -n:]
-        answer = torch.where(ids == self.mask_id, self.target[pos], self.target[(pos + 1).clamp_max(len(self.target) - 1)])
-        return logits.scatter_add(-1, answer[..., None], torch.full_like(logits[..., :1], self.strength))
+            return self.nudge(logits, ragged.take(input_ids), ragged.take(position_ids.expand_as(input_ids)))
+        n = logits.shape[1]
+        return self.nudge(logits, input_ids[:, -n:], position_ids[:, -n:])
