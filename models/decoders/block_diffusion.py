@@ -21,11 +21,12 @@ On an accelerator every read of a device value by the host waits for the queue t
 it can and reads the rest once where it must decide: the prompt lengths and each window's (sub-block's) masks at
 the start; after each step, each row's masks left in the window (not for the static rule, whose count the host
 knows; with ``eos_early_stop`` the same read names the rows that stopped); after each block, which rows hold an end
-of sequence; after a commit pass that set the next block's first token, that window's masks. (``block_forward``
-itself still tests on the host whether its entries lie in one block: its arguments cannot tell it.)
+of sequence; after a commit pass that set the next block's first token, that window's masks. The positions go to
+``block_forward`` as a range, so the network knows on the host whether its entries lie in one block.
 
 The network is any module with ``new_cache(batch, capacity)`` and ``block_forward(ids, position_ids, cache,
-block_length, write)`` (the native Qwen3 and Qwen2 networks; docs/networks.md). docs/decoders.md describes the rules
+block_length, write)``, ``position_ids`` a range of the columns every row shares (the native Qwen3, Qwen2 and LLaDA2
+networks; docs/networks.md). docs/decoders.md describes the rules
 and where they depart from the published code.
 """
 
@@ -301,8 +302,8 @@ class _BlockDecode:
             self.row_nfe[row] += 1 / len(self.rows.origin)
         low = self.written if self.cfg.fused_commit else start
         keep = (end if write else start) - low
-        positions = torch.arange(low, end, device=self.device)[None]
-        logits = self.network.block_forward(self.rows.canvas[:, low:end], positions, self.cache,
+        # every row's columns are its positions (prompts start at column 0): a range, so no read decides the mask
+        logits = self.network.block_forward(self.rows.canvas[:, low:end], range(low, end), self.cache,
                                             self.cfg.block_length, keep)
         self.written = low + keep
         return logits[:, start - low:]

@@ -375,15 +375,20 @@ class BidirectionalNetwork(nn.Module):
 # ---- block diffusion: block-causal forwards against a KVBuffer --------------------------------------------------
 
 
-def block_causal_mask(plan: Reservation, positions: Tensor, block_length: int) -> Tensor | None:
+def block_causal_mask(plan: Reservation, positions: Tensor, block_length: int,
+                      one_block: bool | None = None) -> Tensor | None:
     """[B|1, 1, L, K] bool (True = may attend) for L new entries written where ``plan`` says: each sees every live
     cached entry of its row and the new entries whose block (position // block_length) is not after its own; other
     rows' columns stay hidden. None when that is every column (equal rows, one block): SDPA then needs no mask.
 
-    The one-block test reads ``positions`` on the host (one sync on an accelerator)."""
+    ``one_block``: whether every row's positions lie in one block, when the host knows it (``block_positions``);
+    None reads it from ``positions`` (one sync on an accelerator)."""
     blocks = positions.div(block_length, rounding_mode="floor")  # [B|1, L]
-    if plan.uniform is not None and bool((blocks.amax(1) == blocks.amin(1)).all()):
-        return None
+    if plan.uniform is not None:
+        if one_block is None:
+            one_block = bool((blocks.amax(1) == blocks.amin(1)).all())
+        if one_block:
+            return None
     length = positions.shape[-1]
     cols = torch.arange(plan.key_len, device=positions.device)
     starts = plan.index[:, :1] if plan.index is not None else torch.tensor([[plan.uniform]], device=positions.device)
@@ -396,8 +401,10 @@ def block_causal_mask(plan: Reservation, positions: Tensor, block_length: int) -
     return allowed[:, None]
 
 
-def block_positions(input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int) -> Tensor:
-    """The checked [B|1, L] long positions of a ``block_forward`` call."""
+def block_positions(input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer,
+                    block_length: int) -> tuple[Tensor, bool | None]:
+    """The checked [B|1, L] long positions of a ``block_forward`` call, and whether they lie in one block when the
+    host knows it without a read (``position_ids`` a range: the positions every row shares)."""
     if input_ids.dim() != 2 or input_ids.shape[1] == 0:
         raise ValueError(f"input_ids must be [B, L] with L >= 1, got shape {list(input_ids.shape)}")
     b, length = input_ids.shape
@@ -406,9 +413,14 @@ def block_positions(input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, bl
                          f"{cache.batch if isinstance(cache, KVBuffer) else type(cache).__name__}")
     if block_length < 1:
         raise ValueError(f"block_length must be >= 1, got {block_length}")
+    if isinstance(position_ids, range):
+        if len(position_ids) != length or position_ids.step != 1 or position_ids.start < 0:
+            raise ValueError(f"position_ids as a range must be {length} consecutive positions >= 0, got {position_ids}")
+        one_block = position_ids.start // block_length == (position_ids.stop - 1) // block_length
+        return torch.arange(position_ids.start, position_ids.stop, device=input_ids.device)[None], one_block
     if position_ids.dim() != 2 or tuple(position_ids.shape) not in ((b, length), (1, length)):
         raise ValueError(f"position_ids must be [B|1, L] = [{b}|1, {length}], got shape {list(position_ids.shape)}")
-    return position_ids.to(input_ids.device).long()
+    return position_ids.to(input_ids.device).long(), None
 
 
 class BlockForward:
@@ -428,10 +440,11 @@ class BlockForward:
         return KVBuffer(self.config.num_hidden_layers, batch, capacity, self.config.kv_heads,
                         self.config.dim_per_head, w.dtype, w.device)
 
-    def block_forward(self, input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int,
+    def block_forward(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
                       write: bool | int) -> Tensor:
-        """Logits [B, L, vocab], unshifted, of L new entries at ``position_ids`` [B|1, L], which attend to every live
-        cached entry of their row and to each other block-causally (``block_causal_mask``): one call for a prefill
+        """Logits [B, L, vocab], unshifted, of L new entries at ``position_ids`` [B|1, L] (or a range every row
+        shares, which spares the one-block test its read), which attend to every live cached entry of their row and
+        to each other block-causally (``block_causal_mask``): one call for a prefill
         of whole blocks and for one block. ``write``: how many of the new entries, from the left, keep their K/V
         (True: all, a commit; False: none, a peek, the columns past each row's length then hold garbage; a count
         in between: a commit fused with the next block's peek)."""
@@ -439,19 +452,20 @@ class BlockForward:
             return self.block_forward_step(*step)
 
     @contextmanager
-    def block_forward_call(self, input_ids: Tensor, position_ids: Tensor, cache: KVBuffer, block_length: int,
+    def block_forward_call(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
                            write: bool | int, static: bool = False) -> Iterator[tuple[Any, ...]]:
         """``block_forward``'s host half: the inputs checked and the cache's columns claimed for the call
         (``KVBuffer.claim``; ``static`` as a compiled step takes them); yields ``block_forward_step``'s arguments."""
-        positions = block_positions(input_ids, position_ids, cache, block_length)
+        positions, one_block = block_positions(input_ids, position_ids, cache, block_length)
         keep = input_ids.shape[1] if write is True else int(write)
         with cache.claim(input_ids.shape[1], keep=keep, static=static) as plan:
-            yield input_ids, positions, cache, plan, block_length
+            yield input_ids, positions, cache, plan, block_length, one_block
 
     def block_forward_step(self, input_ids: Tensor, positions: Tensor, cache: KVBuffer, plan: Reservation,
-                           block_length: int) -> Tensor:
+                           block_length: int, one_block: bool | None = None) -> Tensor:
         """``block_forward``'s device half, tensor work only with a static ``plan``: the mask and the layers."""
-        return self.cached_logits(input_ids, positions, block_causal_mask(plan, positions, block_length), cache, plan)
+        mask = block_causal_mask(plan, positions, block_length, one_block)
+        return self.cached_logits(input_ids, positions, mask, cache, plan)
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
                       plan: Reservation) -> Tensor:

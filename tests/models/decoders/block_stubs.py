@@ -44,10 +44,11 @@ class RecomputeNetwork:
     def new_cache(self, batch: int, capacity: int) -> TokenHistory:
         return TokenHistory(torch.zeros(batch, 0, dtype=torch.long))
 
-    def block_forward(self, ids: torch.Tensor, positions: torch.Tensor, cache: TokenHistory, block_length: int,
+    def block_forward(self, ids: torch.Tensor, positions: range, cache: TokenHistory, block_length: int,
                       write: int) -> torch.Tensor:
         """``write``: how many of the new entries (from the left) join the history."""
-        self.calls.append((int(positions[0, 0]), ids.shape[1], int(write)))
+        assert positions == range(cache.tokens.shape[1], cache.tokens.shape[1] + ids.shape[1])  # the decoder's columns
+        self.calls.append((positions.start, ids.shape[1], int(write)))
         full = torch.cat([cache.tokens.to(ids.device), ids], dim=1)
         everywhere = torch.arange(full.shape[1], device=ids.device)[None]
         logits = self.logits_of(full, everywhere, block_causal(everywhere, block_length))

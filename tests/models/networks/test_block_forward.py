@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from harness.timing.op_count import OpCounter
 from models.networks.common import block_causal_mask
 from models.networks.dream import DreamNetwork, tiny_fastdllm_v2_config
 from models.networks.kv_buffer import KVBuffer
@@ -96,6 +97,26 @@ def test_unaligned_entries_and_a_peek_spanning_two_blocks(net):
     out = net.block_forward(ids[:, 8:], positions(8, 14), cache, BLOCK, write=False)
     assert (out - recompute(net, ids)[:, 8:]).abs().max() < TOL
     assert cache.lengths == [8, 8]
+
+
+@torch.no_grad()
+def test_positions_as_a_range_give_the_same_logits_and_no_host_read(net):
+    """A range (what the decoder passes) is the positions every row shares, so the one-block test needs no read; the
+    logits equal the tensor form's, for one block and for two (where the mask is built)."""
+    ids = tokens(net, 2, 3 * BLOCK, 7)
+    for span in ((BLOCK, 2 * BLOCK), (BLOCK, 3 * BLOCK), (BLOCK + 1, 3 * BLOCK)):
+        out = {}
+        for form in ("tensor", "range"):
+            cache = net.new_cache(2, 3 * BLOCK)
+            net.block_forward(ids[:, :span[0]], range(0, span[0]), cache, BLOCK, write=True)
+            given = positions(*span) if form == "tensor" else range(*span)
+            with OpCounter(net) as counts:
+                out[form] = net.block_forward(ids[:, span[0]:span[1]], given, cache, BLOCK, write=False)
+            reads = counts.read_count + sum(counts.reads_inside.values())
+            assert reads == (form == "tensor"), (span, form, counts.reads, counts.reads_inside)  # the tensor's test
+        assert torch.equal(out["tensor"], out["range"]), span
+    with pytest.raises(ValueError, match="consecutive positions"):
+        net.block_forward(ids[:, :BLOCK], range(0, 2 * BLOCK, 2), net.new_cache(2, BLOCK), BLOCK, write=True)
 
 
 @torch.no_grad()
