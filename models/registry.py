@@ -114,7 +114,9 @@ def every_task(options: dict[str, Any], **per_task: dict[str, Any]) -> dict[str,
 # switch), as SDAR's generate.py renders it.
 SDAR = {"enable_thinking": None, "temperature": 0.0, "block_length": 4, "denoising_steps": 4,
         "remasking": "low_confidence_static"}
-# TraDo's evaluation: the same blocks, dynamic low-confidence remasking above 0.9.
+# TraDo's evaluation (Gen-Verse/dLLM-RL configs/trado_eval.yaml): the same blocks, dynamic low-confidence remasking
+# above 0.9. By default greedy, like every other entry, so runs compare token for token; that evaluation samples (T 1,
+# no top-k or top-p, three answers per item), which --preset paper does with the per-sample seed.
 TRADO = {**SDAR, "remasking": "low_confidence_dynamic", "confidence_threshold": 0.9}
 # Fast-dLLM v2's README and eval script: blocks of 32 (the checkpoint's bd_size when it is on disk), sub-blocks of 8,
 # every mask above 0.9 plus the most confident one, greedy, shifted logits, the next block's first token from the
@@ -125,7 +127,7 @@ FASTDLLM_V2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, 
 
 _SDAR_DECODING = ("block_length", "denoising_steps", "remasking", "temperature")
 SDAR_PAPER = every_task({k: SDAR[k] for k in _SDAR_DECODING})
-TRADO_PAPER = every_task({k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")})
+TRADO_PAPER = every_task({**{k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")}, "temperature": 1.0})
 # v2/eval_script.sh runs gsm8k and minerva_math with threshold 1 (one token per step, the most confident); the
 # README's uniform 0.9 is the "readme" preset.
 FASTDLLM_V2_README = every_task({"confidence_threshold": 0.9})
@@ -148,7 +150,8 @@ LLADA21 = {**LLADA2, "confidence_threshold": 0.7, "edit_threshold": 0.5, "max_po
            "eos_early_stop": False}
 _LLADA2_WHERE = "blocks of 32 in up to 32 greedy steps, every mask above 0.95 (LLaDA2.0 report, Table 1)"
 _SDAR_WHERE = "blocks of 4 in 4 greedy steps, static low-confidence (SDAR's OpenCompass evaluation)"
-_TRADO_WHERE = "blocks of 4 in 4 greedy steps, dynamic low-confidence above 0.9 (TraDo's evaluation)"
+_TRADO_WHERE = ("blocks of 4 in 4 greedy steps, dynamic low-confidence above 0.9 (TraDo's evaluation, which samples: "
+                "--preset paper, T 1)")
 _FASTDLLM_V2_WHERE = ("blocks of 32 (bd_size) in sub-blocks of 8, threshold 0.9 plus the best (README); --preset "
                       "paper: threshold 1 on gsm8k and math as in its eval script, --preset readme: 0.9 everywhere")
 

@@ -27,7 +27,7 @@ from models.tokenizer import (DREAM_TOKENIZER, FASTDLLM_V2_TOKENIZER, GEMMA4_TOK
                               LLADA_TOKENIZER, QWEN3_TOKENIZER, REFUSION_TOKENIZER, SDAR_TOKENIZER, TokenizerSpec,
                               build_tokenizer)
 
-FORMAT_VERSION = "2"  # bumped when a recipe changes, so no cached copy of the old one is read
+FORMAT_VERSION = "3"  # bumped when a recipe changes, so no cached copy of the old one is read
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,8 @@ def _real_sdar_tokenizer(folder: Path, cache: Path) -> None:
 
 
 def _write_fastdllm_v2(folder: Path, tokenizer, seed: int) -> None:
-    """Fast-dLLM v2 7B as released (Qwen2 names, untied, bd_size 32); pad = eos = <|im_end|>, mask |<MASK>|."""
+    """Fast-dLLM v2 7B as released (Qwen2 names, untied, bd_size 32): config.json's pad = eos = <|im_end|>,
+    generation_config.json's pad <|endoftext|> (the tokenizer's too), mask |<MASK>|."""
     from models.networks.dream import tiny_fastdllm_v2_config
     from models.networks.loading import build_network, save_network
 
@@ -161,7 +162,7 @@ def _write_fastdllm_v2(folder: Path, tokenizer, seed: int) -> None:
                                  eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|im_end|>"),
                                  mask_token_id=ids("|<MASK>|"))
     save_network(build_network(config, seed=seed), folder)
-    _write_generation_config(folder, tokenizer, "<|endoftext|>", ["<|im_end|>", "<|endoftext|>"], "<|im_end|>")
+    _write_generation_config(folder, tokenizer, "<|endoftext|>", ["<|im_end|>", "<|endoftext|>"], "<|endoftext|>")
 
 
 def _write_llada2(folder: Path, tokenizer, seed: int) -> None:

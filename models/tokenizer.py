@@ -162,11 +162,11 @@ SDAR_TOKENIZER = TokenizerSpec(
 )
 
 # Fast-dLLM v2: Qwen2.5-Instruct's tokenizer and template with |<MASK>| added after its specials (id 151665 in the
-# release); pad and eos are <|im_end|>.
+# release); eos is <|im_end|>, the tokenizer's pad <|endoftext|> (its special_tokens_map; only config.json says 151645).
 FASTDLLM_V2_TOKENIZER = TokenizerSpec(
     special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>", "|<MASK>|"),
     eos_token="<|im_end|>",
-    pad_token="<|im_end|>",
+    pad_token="<|endoftext|>",
     mask_token="|<MASK>|",
     chat_template=qwen25_chat_template("You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
                                        close_final_assistant=True),

@@ -73,8 +73,8 @@ class SDARAdapter(BlockDiffusionAdapter):
 
 
 class FastDLLMv2Adapter(BlockDiffusionAdapter):
-    """Fast-dLLM v2: Qwen2.5's tokenizer with ``|<MASK>|``; pad and eos are ``<|im_end|>`` (``<|endoftext|>`` also
-    ends, as in Qwen2.5's generation config). The block length defaults to the checkpoint's ``bd_size``, the block
+    """Fast-dLLM v2: Qwen2.5's tokenizer with ``|<MASK>|``; eos is ``<|im_end|>`` (``<|endoftext|>`` also ends, as
+    in Qwen2.5's generation config). The block length defaults to the checkpoint's ``bd_size``, the block
     it was trained with, when its config.json is already on disk."""
 
     kind = "fastdllm-v2"

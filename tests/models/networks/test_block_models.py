@@ -49,7 +49,9 @@ def test_tiny_fastdllm_v2_is_written_as_released():
     tokenizer = AutoTokenizer.from_pretrained(folder)
     ids = tokenizer.convert_tokens_to_ids
     assert generation["eos_token_id"][0] == config["eos_token_id"] == config["pad_token_id"] == ids("<|im_end|>")
-    assert tokenizer.pad_token_id == tokenizer.eos_token_id == ids("<|im_end|>")
+    # the release's tokenizer and generation config pad with <|endoftext|>; only its config.json says <|im_end|>
+    assert tokenizer.eos_token_id == ids("<|im_end|>")
+    assert tokenizer.pad_token_id == generation["pad_token_id"] == ids("<|endoftext|>")
     assert tokenizer.mask_token == "|<MASK>|" and config["mask_token_id"] == ids("|<MASK>|")
     names = load_file(folder / "model.safetensors")
     assert "model.layers.0.self_attn.q_proj.bias" in names and "model.layers.0.self_attn.o_proj.bias" not in names
