@@ -20,8 +20,10 @@ Sections:
   4. (not run by default) where section 3's time goes, by torch.profiler: forwards, tokens fed (pads included),
      time in the attention kernel and in matrix products, against the time of every op, at each batch size; then
      one forward of a batch-1 forward's width timed alone (no profiler) at each batch size: the gain batching the
-     network itself gives, the ceiling of section 3's, with section 3's batch-8 speed-up as a fraction of it; then one
-     batch-8 forward of the decode beside one of the ceiling's, op by op, to show where the difference goes.
+     network itself gives, the ceiling of section 3's, with section 3's batch-8 speed-up as a fraction of it, split
+     into four factors that multiply back to it (rows a forward, the batch-1 forward mix, the batch-8 forward, the
+     decoder's own work); then one batch-8 forward of the decode beside one of the ceiling's, op by op, to show where
+     the difference goes.
 
 The targets close the run: each ratio against its bound, PASS or FAIL, or why it was not measured.
 
@@ -33,9 +35,11 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -305,23 +309,42 @@ def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[
     return native, prompts, run
 
 
-def section_batch(args) -> tuple[float | None, float | None]:
+@dataclass(frozen=True)
+class BatchTimes:
+    """Section 3's medians by batch size: a round's wall time, the part inside the network's calls, and the network
+    calls a round makes (the same every round: the decode is greedy)."""
+
+    round_s: dict[int, float]
+    network_s: dict[int, float]
+    forwards: dict[int, int]
+
+    def speedup(self, b: int) -> float:
+        """Tokens/s at ``b`` rows over batch 1 (the same tokens at every batch size)."""
+        return self.round_s[1] / self.round_s[b]
+
+    def network_speedup(self, b: int) -> float:
+        return self.network_s[1] / self.network_s[b]
+
+
+def section_batch(args) -> BatchTimes | None:
     """Every batch size decodes the same prompts with that many rows in flight, so the rates compare one workload
     run at different batch sizes, in interleaved rounds (the order flipped every other round). The time inside the
     network's forwards is kept apart: its ratio between batch sizes is what batching the same forwards gains with no
-    decoder around them, the ceiling of the whole."""
+    decoder around them. Returns the medians when batch sizes 1 and 8 both ran."""
     native, prompts, run = batch_workload(args)
     device = torch.device(args.device)
     times: dict[int, list[float]] = {b: [] for b in args.batches}
     inside: dict[int, list[float]] = {b: [] for b in args.batches}
+    forwards: dict[int, int] = {}
     for b in args.batches:
         run(b)  # warm-up
     rounds = BATCH_ROUNDS * args.rounds
     for r in range(rounds):
         for b in args.batches if r % 2 == 0 else args.batches[::-1]:
-            with ForwardTimer(native.inner, device) as forwards:
+            with ForwardTimer(native.inner, device) as timer:
                 times[b].append(timed(device, lambda: run(b))[1])
-            inside[b].append(forwards.seconds())
+            inside[b].append(timer.seconds())
+            forwards[b] = timer.calls
     print(f"\n## 3. tokens/s by batch size ({len(prompts)} prompts longest first, canvas {args.batch_canvas}, 90% "
           f"acceptance, native network, that many rows in flight; medians of {rounds} interleaved rounds)")
     rate = {b: len(prompts) * args.batch_canvas / statistics.median(t) for b, t in times.items()}
@@ -329,10 +352,10 @@ def section_batch(args) -> tuple[float | None, float | None]:
     first = args.batches[0]
     for b, t in times.items():
         print(f"  batch {b:3d}: {rate[b]:9.1f} tokens/s  (round {summary(t)})  x{rate[b] / rate[first]:.2f}"
-              f"   in network forwards {summary(inside[b])}  x{net[first] / net[b]:.2f}")
+              f"   in network forwards {summary(inside[b])}  x{net[first] / net[b]:.2f}  ({forwards[b]} forwards)")
     if 8 not in rate or 1 not in rate:
-        return None, None
-    return rate[8] / rate[1], net[1] / net[8]
+        return None
+    return BatchTimes({b: statistics.median(t) for b, t in times.items()}, net, forwards)
 
 
 ATTENTION, MATMUL = ("scaled_dot_product",), ("aten::mm", "aten::addmm", "aten::bmm")
@@ -343,11 +366,11 @@ def op_ms(events, own: str, names: tuple[str, ...] | None = None) -> float:
     return sum(getattr(e, own) for e in events if names is None or any(n in e.key for n in names)) / 1e3
 
 
-def section_profile(args, speedup: float | None) -> float | None:
+def section_profile(args, batch: BatchTimes | None) -> float | None:
     """Section 3's workload under torch.profiler, interleaved rounds, medians: why batching pays (or not) here.
-    Then ``forward_gain``'s ceiling, with section 3's batch-8 speed-up over batch 1 (``speedup``, when section 3
-    ran) as a fraction of it beside it, and ``forward_breakdown``. Returns the gain at batch 8 over batch 1 (None
-    without both)."""
+    Then ``forward_gain``'s ceiling, with section 3's batch-8 speed-up over batch 1 (when section 3 ran) as a
+    fraction of it beside it, split by ``ceiling_factors``, and ``forward_breakdown``. Returns the gain at batch 8
+    over batch 1 (None without both)."""
     native, prompts, run = batch_workload(args)
     fed = {"calls": 0, "tokens": 0}
 
@@ -378,15 +401,16 @@ def section_profile(args, speedup: float | None) -> float | None:
               f"{every:7.1f}")
     width = round(statistics.median(r[1] / r[0] for r in rows[args.batches[0]]))
     cached = round(statistics.mean(len(p) for p in prompts)) + args.batch_canvas // 2
-    gain = forward_gain(native.inner, width, cached, args)
-    if 8 not in gain or 1 not in gain:
+    uniform = forward_gain(native.inner, width, cached, args)
+    if 8 not in uniform or 1 not in uniform:
         return None
-    ceiling = gain[8] / gain[1]
-    if speedup is None:
+    ceiling = 8 * uniform[1] / uniform[8]
+    if batch is None:
         print(f"  ceiling at batch 8: x{ceiling:.2f} (section 3 did not run: no fraction of it to give)")
     else:
-        print(f"  ceiling at batch 8: x{ceiling:.2f}; section 3's batch-8 tokens/s x{speedup:.2f} over batch 1 = "
-              f"{speedup / ceiling:.2f} of it (target >= {CEILING_SHARE})")
+        print(f"  ceiling at batch 8: x{ceiling:.2f}; section 3's batch-8 tokens/s x{batch.speedup(8):.2f} over batch 1 "
+              f"= {batch.speedup(8) / ceiling:.2f} of it (target >= {CEILING_SHARE})")
+        ceiling_factors(batch, uniform)
     forward_breakdown(native.inner, run, width, cached, args)
     return ceiling
 
@@ -412,7 +436,8 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
     """What batching one forward gains with no decoder around it and no padding: ``uniform_forward`` at each batch
     size, ``width`` new tokens per row (what a batch-1 forward of section 3 feeds on average) on ``cached`` entries
     (a mean prompt and half the canvas), timed alone in interleaved rounds. ``B * t(1) / t(B)`` bounds what any
-    decoder can gain from batching such forwards on this device; returned by batch size."""
+    decoder can gain from batching such forwards on this device. Returns the median seconds of one call by batch
+    size."""
     device = torch.device(args.device)
     times: dict[int, list[float]] = {b: [] for b in args.batches}
     calls = {b: uniform_forward(network, b, width, cached, device) for b in args.batches}
@@ -428,7 +453,36 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
     for b, t in times.items():
         print(f"  batch {b:3d}: {statistics.median(t) * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
               f"  gain from batching x{gain[b]:.2f}")
-    return gain
+    return {b: statistics.median(t) for b, t in times.items()}
+
+
+def ceiling_factors(batch: BatchTimes, uniform: dict[int, float]) -> None:
+    """Section 3's batch-8 speed-up over the ceiling as four factors that multiply back to it exactly. With n_b the
+    network calls of a round at batch b, F_b their time, T_b the round's and u_b one uniform forward's:
+    T_1/T_8 / (8 u_1/u_8) = (n_1 / 8 n_8) x ((F_1/n_1) / u_1) x (u_8 / (F_8/n_8)) x ((T_1/F_1) / (T_8/F_8)).
+    The first two are set by the workload and by how the ceiling is drawn, not by the decoder or the network, so the
+    last line says how fast the batched forward would have to be, against uniform rows, for the target."""
+    n1, n8 = batch.forwards[1], batch.forwards[8]
+    f1, f8 = batch.network_s[1] / n1, batch.network_s[8] / n8
+    own1, own8 = batch.round_s[1] / batch.network_s[1], batch.round_s[8] / batch.network_s[8]
+    factors = [
+        ("rows a forward", f"{n1 / n8:.2f} of 8", n1 / (8 * n8),
+         "rows leave as they finish: a waiting prompt refills a row, an empty queue does not"),
+        ("batch-1 forward", f"{f1 * 1e3:.3f} ms against {uniform[1] * 1e3:.3f}", f1 / uniform[1],
+         "the decode's mean batch-1 forward against the ceiling's (cost is not linear in the width)"),
+        ("batch-8 forward", f"{f8 * 1e3:.3f} ms against {uniform[8] * 1e3:.3f}", uniform[8] / f8,
+         "the ceiling's uniform rows against the decode's mean batch-8 forward (widths and caches differ)"),
+        ("own work", f"x{own1:.3f} against x{own8:.3f}", own1 / own8,
+         "round time over network time, batch 1 against batch 8"),
+    ]
+    print("\n   batch 8 over the ceiling, in factors that multiply back to it:")
+    for name, detail, value, why in factors:
+        print(f"  {name:16s} {detail:28s} {value:5.2f}  ({why})")
+    product = math.prod(value for _, _, value, _ in factors)
+    print(f"  {'product':45s} {product:5.2f}")
+    given = factors[0][2] * factors[1][2] * factors[3][2]
+    print(f"  for {CEILING_SHARE} of the ceiling, with the other factors as measured, a batch-8 forward of the decode "
+          f"would need {CEILING_SHARE / given:.2f}x the speed of the ceiling's uniform rows")
 
 
 def decode_forward(network: torch.nn.Module, run: Callable[[int], None], b: int,
@@ -538,7 +592,7 @@ def main() -> None:
     with torch.no_grad():
         reference = section_reference(args) if 1 in args.sections else {}
         canvas = section_canvas(args) if 2 in args.sections else {}
-        batch, network_alone = section_batch(args) if 3 in args.sections else (None, None)
+        batch = section_batch(args) if 3 in args.sections else None
         ceiling = section_profile(args, batch) if 4 in args.sections else None
     lo, hi = min(args.canvas), max(args.canvas)
     fixed = [c for c in args.canvas if c % args.serial_block == 0]
@@ -560,8 +614,9 @@ def main() -> None:
                         "not measured (run --sections 2)" if 2 not in args.sections else
                         f"not measured (needs two canvases that are multiples of --serial-block {args.serial_block})"))
     batch_why = "not measured (needs --batches with 1 and 8)" if not has_1_8 else "not measured (run --sections 3)"
-    targets.append(("batch 8 / batch 1 tokens/s", batch, ">=", TARGETS["batch 8 / batch 1 tokens/s"], batch_why))
-    share = batch / ceiling if batch is not None and ceiling is not None else None
+    speedup = batch.speedup(8) if batch is not None else None
+    targets.append(("batch 8 / batch 1 tokens/s", speedup, ">=", TARGETS["batch 8 / batch 1 tokens/s"], batch_why))
+    share = speedup / ceiling if speedup is not None and ceiling is not None else None
     targets.append(("batch 8 / one-forward ceiling", share, ">=", CEILING_SHARE,
                     batch_why if not has_1_8 else "not measured (run --sections 3 4)"))
     print("\n## targets")
@@ -574,8 +629,8 @@ def main() -> None:
     for regime in args.reference_regimes:
         if f"{regime} 512+ network" in reference:
             print(f"  {f'(wall, {regime}: network forwards alone)':40s} {reference[f'{regime} 512+ network']:6.2f}")
-    if network_alone is not None:
-        print(f"  {'(its network forwards alone)':40s} {network_alone:6.2f}")
+    if batch is not None:
+        print(f"  {'(its network forwards alone)':40s} {batch.network_speedup(8):6.2f}")
     if ceiling is not None:
         print(f"  {'(one forward alone, batch 8)':40s} {ceiling:6.2f}")
 
