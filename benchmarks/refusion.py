@@ -460,8 +460,8 @@ def ceiling_factors(batch: BatchTimes, uniform: dict[int, float]) -> None:
     """Section 3's batch-8 speed-up over the ceiling as four factors that multiply back to it exactly. With n_b the
     network calls of a round at batch b, F_b their time, T_b the round's and u_b one uniform forward's:
     T_1/T_8 / (8 u_1/u_8) = (n_1 / 8 n_8) x ((F_1/n_1) / u_1) x (u_8 / (F_8/n_8)) x ((T_1/F_1) / (T_8/F_8)).
-    The first two are set by the workload and by how the ceiling is drawn, not by the decoder or the network, so the
-    last line says how fast the batched forward would have to be, against uniform rows, for the target."""
+    The first two are set by the workload and by how the ceiling is drawn, the last by the decoder; the closing line
+    says how fast the third, the batched forward against uniform rows, would have to be for the target."""
     n1, n8 = batch.forwards[1], batch.forwards[8]
     f1, f8 = batch.network_s[1] / n1, batch.network_s[8] / n8
     own1, own8 = batch.round_s[1] / batch.network_s[1], batch.round_s[8] / batch.network_s[8]

@@ -26,8 +26,7 @@ of sequence; after a commit pass that set the next block's first token, that win
 
 The network is any module with ``new_cache(batch, capacity)`` and ``block_forward(ids, position_ids, cache,
 block_length, write)``, ``position_ids`` a range of the columns every row shares (the native Qwen3, Qwen2 and LLaDA2
-networks; docs/networks.md). docs/decoders.md describes the rules
-and where they depart from the published code.
+networks; docs/networks.md). docs/decoders.md describes the rules and where they depart from the published code.
 """
 
 from __future__ import annotations
