@@ -126,8 +126,10 @@ FASTDLLM_V2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, 
                "first_token_from_commit": True, "commit_finished_block": False}
 
 _SDAR_DECODING = ("block_length", "denoising_steps", "remasking", "temperature")
-SDAR_PAPER = every_task({k: SDAR[k] for k in _SDAR_DECODING})
-TRADO_PAPER = every_task({**{k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")}, "temperature": 1.0})
+# The canvases are the evaluations' own: SDAR's eval_sdar_hf.py gen_length 4096, trado_eval.yaml max_token 2000.
+SDAR_PAPER = every_task({**{k: SDAR[k] for k in _SDAR_DECODING}, "gen_length": 4096})
+TRADO_PAPER = every_task({**{k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")}, "temperature": 1.0,
+                          "gen_length": 2000})
 # v2/eval_script.sh runs gsm8k and minerva_math with threshold 1 (one token per step, the most confident); the
 # README's uniform 0.9 is the "readme" preset.
 FASTDLLM_V2_README = every_task({"confidence_threshold": 0.9})

@@ -96,9 +96,10 @@ def test_registry_defaults_follow_the_official_evaluations():
 
 
 @pytest.mark.parametrize("name, preset, task, expected", [
-    ("sdar-8b", "paper", "math", {"remasking": "low_confidence_static", "block_length": 4, "denoising_steps": 4}),
+    ("sdar-8b", "paper", "math", {"remasking": "low_confidence_static", "block_length": 4, "denoising_steps": 4,
+                                  "gen_length": 4096}),  # eval_sdar_hf.py
     ("trado-8b", "paper", "gsm8k", {"remasking": "low_confidence_dynamic", "confidence_threshold": 0.9,
-                                    "temperature": 1.0}),  # trado_eval.yaml samples
+                                    "temperature": 1.0, "gen_length": 2000}),  # trado_eval.yaml samples
     ("fastdllm-v2-7b", "paper", "gsm8k", {"confidence_threshold": 1.0}),
     ("fastdllm-v2-7b", "paper", "math", {"confidence_threshold": 1.0}),
     ("fastdllm-v2-7b", "paper", "mbpp", {"confidence_threshold": 0.9}),
