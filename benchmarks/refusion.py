@@ -446,14 +446,14 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
     for _ in range(10 * args.rounds):
         for b in args.batches:
             times[b].append(timed(device, calls[b])[1])
-    one = statistics.median(times[args.batches[0]]) / args.batches[0]
+    median = {b: statistics.median(t) for b, t in times.items()}
+    one = median[args.batches[0]] / args.batches[0]
     print(f"\n   one forward alone: {width} new tokens per row on {cached} cached entries (dense mask), "
           f"medians of {10 * args.rounds} interleaved rounds")
-    gain = {b: b * one / statistics.median(t) for b, t in times.items()}
     for b, t in times.items():
-        print(f"  batch {b:3d}: {statistics.median(t) * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
-              f"  gain from batching x{gain[b]:.2f}")
-    return {b: statistics.median(t) for b, t in times.items()}
+        print(f"  batch {b:3d}: {median[b] * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
+              f"  gain from batching x{b * one / median[b]:.2f}")
+    return median
 
 
 def ceiling_factors(batch: BatchTimes, uniform: dict[int, float]) -> None:
@@ -465,12 +465,13 @@ def ceiling_factors(batch: BatchTimes, uniform: dict[int, float]) -> None:
     n1, n8 = batch.forwards[1], batch.forwards[8]
     f1, f8 = batch.network_s[1] / n1, batch.network_s[8] / n8
     own1, own8 = batch.round_s[1] / batch.network_s[1], batch.round_s[8] / batch.network_s[8]
+    batched = uniform[8] / f8
     factors = [
         ("rows a forward", f"{n1 / n8:.2f} of 8", n1 / (8 * n8),
          "rows leave as they finish: a waiting prompt refills a row, an empty queue does not"),
         ("batch-1 forward", f"{f1 * 1e3:.3f} ms against {uniform[1] * 1e3:.3f}", f1 / uniform[1],
          "the decode's mean batch-1 forward against the ceiling's (cost is not linear in the width)"),
-        ("batch-8 forward", f"{f8 * 1e3:.3f} ms against {uniform[8] * 1e3:.3f}", uniform[8] / f8,
+        ("batch-8 forward", f"{f8 * 1e3:.3f} ms against {uniform[8] * 1e3:.3f}", batched,
          "the ceiling's uniform rows against the decode's mean batch-8 forward (widths and caches differ)"),
         ("own work", f"x{own1:.3f} against x{own8:.3f}", own1 / own8,
          "round time over network time, batch 1 against batch 8"),
@@ -480,9 +481,8 @@ def ceiling_factors(batch: BatchTimes, uniform: dict[int, float]) -> None:
         print(f"  {name:16s} {detail:28s} {value:5.2f}  ({why})")
     product = math.prod(value for _, _, value, _ in factors)
     print(f"  {'product':45s} {product:5.2f}")
-    given = factors[0][2] * factors[1][2] * factors[3][2]
     print(f"  for {CEILING_SHARE} of the ceiling, with the other factors as measured, a batch-8 forward of the decode "
-          f"would need {CEILING_SHARE / given:.2f}x the speed of the ceiling's uniform rows")
+          f"would need {CEILING_SHARE * batched / product:.2f}x the speed of the ceiling's uniform rows")
 
 
 def decode_forward(network: torch.nn.Module, run: Callable[[int], None], b: int,

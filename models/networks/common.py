@@ -383,12 +383,11 @@ def block_causal_mask(plan: Reservation, positions: Tensor, block_length: int,
 
     ``one_block``: whether every row's positions lie in one block, when the host knows it (``block_positions``);
     None reads it from ``positions`` (one sync on an accelerator)."""
+    if plan.uniform is not None and one_block:
+        return None
     blocks = positions.div(block_length, rounding_mode="floor")  # [B|1, L]
-    if plan.uniform is not None:
-        if one_block is None:
-            one_block = bool((blocks.amax(1) == blocks.amin(1)).all())
-        if one_block:
-            return None
+    if plan.uniform is not None and one_block is None and bool((blocks.amax(1) == blocks.amin(1)).all()):
+        return None
     length = positions.shape[-1]
     cols = torch.arange(plan.key_len, device=positions.device)
     starts = plan.index[:, :1] if plan.index is not None else torch.tensor([[plan.uniform]], device=positions.device)
