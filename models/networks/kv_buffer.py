@@ -5,6 +5,10 @@ retire finished rows. Here each of those is an index write or a length change on
 step allocates no cache memory and the shapes a compiled network sees stay simple. Rows may hold different lengths:
 a forward writes row b's new entries at ``lengths[b] ...`` and attends to columns ``0 .. max(lengths) + Q - 1`` (all
 of them in a compiled step); the caller's mask hides the columns a row does not own (see ``reserve``).
+
+It is the one KV cache of the native networks, and these are its operations: a forward's columns by position
+(``reserve``/``claim`` after each row's entries, ``overwrite`` over given columns), a row's length (``truncate``,
+``truncate_all``, ``keep_tail``), and the rows themselves (``select_rows``, ``admit``).
 """
 
 from __future__ import annotations
@@ -89,6 +93,14 @@ class KVBuffer:
             raise
         self.lengths = [n + keep for n in before]
 
+    def overwrite(self, start: int, n_new: int) -> Reservation:
+        """Write ``n_new`` entries over columns ``start .. start + n_new - 1`` of every row, lengths unchanged; the
+        forward reads every live column (Fast-dLLM's dual cache: the block's K/V are refreshed in place while the
+        entries after it stay as they were)."""
+        if start < 0 or n_new < 1 or start + n_new > min(self.lengths, default=0):
+            raise ValueError(f"cannot overwrite columns {start}..{start + n_new - 1}: rows hold {self.lengths} entries")
+        return Reservation(None, max(self.lengths), start)
+
     def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""
         keys, values = self.kv[layer]
@@ -107,6 +119,13 @@ class KVBuffer:
         if not 0 <= n <= self.lengths[row]:
             raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
         self.lengths[row] = n
+
+    def truncate_all(self, n: int) -> None:
+        """``truncate(row, n)`` for every row, all checked before any changes (Fast-dLLM's prefix cache; 0 empties
+        the buffer for the next block's refill)."""
+        if not 0 <= n <= min(self.lengths, default=0):
+            raise ValueError(f"cannot truncate rows of lengths {self.lengths} to {n}")
+        self.lengths = [n] * self.batch
 
     def check_tail(self, row: int, start: int, index: list[int]) -> None:
         """Raise unless every ``start + index[i]`` is one of row ``row``'s live entries past ``start``."""
@@ -140,6 +159,13 @@ class KVBuffer:
         index = torch.tensor(rows, device=self._cols.device, dtype=torch.long)
         self.kv = self.kv.index_select(2, index)
         self.lengths = [self.lengths[r] for r in rows]
+
+    def admit(self, n_rows: int) -> None:
+        """Append ``n_rows`` empty rows after the others (new requests joining a running batch)."""
+        shape = list(self.kv.shape)
+        shape[2] = n_rows
+        self.kv = torch.cat((self.kv, self.kv.new_zeros(shape)), dim=2)
+        self.lengths = self.lengths + [0] * n_rows
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""

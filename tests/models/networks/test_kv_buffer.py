@@ -1,0 +1,72 @@
+"""``KVBuffer``'s operations on a buffer alone (one layer, one kv head of width 2): what each writes and where the
+lengths go. The networks' use of them is tested with the networks (test_llada, test_dream, test_qwen3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.networks.kv_buffer import KVBuffer
+
+
+def buffer(lengths: list[int], capacity: int = 8) -> KVBuffer:
+    """A buffer whose row b holds entries whose keys are b * 100 + column (values their negation)."""
+    cache = KVBuffer(1, len(lengths), capacity, 1, 2, torch.float32, "cpu")
+    cols = torch.arange(capacity, dtype=torch.float32)
+    for row, n in enumerate(lengths):
+        cache.kv[0, 0, row, 0, :n] = (row * 100 + cols[:n, None]).expand(n, 2)
+        cache.kv[0, 1, row, 0, :n] = -cache.kv[0, 0, row, 0, :n]
+    cache.lengths = list(lengths)
+    return cache
+
+
+def entries(n: int, value: float, rows: int) -> torch.Tensor:
+    """New k (or v) [rows, 1, n, 2], all ``value``."""
+    return torch.full((rows, 1, n, 2), value)
+
+
+def test_overwrite_writes_the_columns_in_place_and_reads_every_live_column():
+    cache = buffer([6, 6])
+    before = cache.kv.clone()
+    plan = cache.overwrite(2, 3)
+    assert (plan.index, plan.key_len, plan.uniform) == (None, 6, 2)
+    keys, values = cache.store(0, plan, entries(3, 7.0, 2), entries(3, -7.0, 2))
+    assert cache.lengths == [6, 6] and keys.shape == values.shape == (2, 1, 6, 2)
+    assert (keys[:, :, 2:5] == 7).all() and (values[:, :, 2:5] == -7).all()
+    outside = torch.ones(8, dtype=torch.bool)
+    outside[2:5] = False
+    assert torch.equal(cache.kv[..., outside, :], before[..., outside, :])
+
+
+def test_overwrite_reads_up_to_the_longest_row_and_stays_inside_the_shortest():
+    plan = buffer([7, 5]).overwrite(4, 1)
+    assert (plan.key_len, plan.uniform) == (7, 4)
+    for start, n in ((4, 2), (-1, 2), (0, 0)):
+        with pytest.raises(ValueError, match="overwrite"):
+            buffer([7, 5]).overwrite(start, n)
+
+
+def test_truncate_all_trims_every_row_or_none():
+    cache = buffer([6, 4])
+    with pytest.raises(ValueError, match="truncate"):
+        cache.truncate_all(5)  # row 1 holds 4: row 0 is left as it was too
+    assert cache.lengths == [6, 4]
+    cache.truncate_all(3)
+    assert cache.lengths == [3, 3]
+    with pytest.raises(ValueError, match="truncate"):
+        cache.truncate_all(4)
+    assert cache.lengths == [3, 3]
+    cache.truncate_all(0)
+    assert cache.lengths == [0, 0]
+
+
+def test_admit_appends_empty_rows_that_take_entries_like_the_others():
+    cache = buffer([3, 5])
+    before = cache.kv.clone()
+    cache.admit(2)
+    assert cache.batch == 4 and cache.lengths == [3, 5, 0, 0] and cache.kv.shape[2] == 4
+    assert torch.equal(cache.kv[:, :, :2], before) and not cache.kv[:, :, 2:].any()
+    with cache.claim(2, keep=2) as plan:
+        cache.store(0, plan, entries(2, 9.0, 4), entries(2, -9.0, 4))
+    assert cache.lengths == [5, 7, 2, 2]
+    assert (cache.row_kv(3)[0][0] == 9).all() and torch.equal(cache.row_kv(0)[0][0][:, :, :3], before[0, 0, :1, :, :3])
