@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.errors import UsageError
+from harness.run.presets import SMOKE_CANVAS, SMOKE_PRESET
 
 USAGE_ERROR = 2
 
@@ -101,9 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where items come from: the hub (auto falls back to bundled fixtures when offline)")
     p.add_argument("--data-dir", type=Path, help="local files in the hub schema, e.g. DIR/gsm8k/test.jsonl")
     p.add_argument("--gen-length", type=int, help="canvas length for every task (default: each task's, 512)")
-    p.add_argument("--preset", help="decoding preset, e.g. paper (per-task settings from the models' papers)")
-    p.add_argument("--model-arg", action="append", default=[], metavar="MODEL.KEY=VALUE",
-                   help="override a decoding option, e.g. refusion.slot_size=16 (repeatable)")
+    p.add_argument("--preset", help="decoding preset: paper (per-task settings from the models' papers), or smoke "
+                                    f"(a {SMOKE_CANVAS}-token canvas for every task: a first run in about a minute)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="[MODEL.]KEY=VALUE",
+                   help="override a decoding option: MODEL.KEY=VALUE for one model (e.g. refusion.slot_size=16), "
+                        "a bare KEY=VALUE for every model of the run (repeatable)")
+    p.add_argument("--threads", default="auto",
+                   help="torch CPU threads: N, or auto (default: $OMP_NUM_THREADS if set, else 1 on the CPU, where "
+                        "it measured fastest, and torch's default on a GPU); recorded in the manifest")
     p.add_argument("--rescore", action="store_true", help="recompute scores from stored outputs, generate nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
@@ -132,8 +138,22 @@ def list_registry() -> str:
     return "\n".join(lines)
 
 
+def check_data_options(data: str, data_dir: Path | None) -> None:
+    """``--data-dir`` replaces the item source, so beside an explicit ``--data hub`` or ``--data fixtures`` one of
+    the two would be ignored: say so instead of silently reading the folder."""
+    if data_dir is None:
+        return
+    if data != "auto":
+        raise UsageError(f"--data {data} and --data-dir {data_dir} conflict (--data-dir reads local files instead); "
+                         f"give only one of them")
+    if not data_dir.is_dir():
+        raise UsageError(f"--data-dir {data_dir} is not a folder")
+
+
 def settings_from_args(args: argparse.Namespace):
+    from harness.run.generation import resolve_device
     from harness.run.runner import RunSettings
+    from harness.run.threads import resolve_threads
     from models.registry import model_names, preset_names
     from tasks.registry import task_names
 
@@ -146,16 +166,16 @@ def settings_from_args(args: argparse.Namespace):
             raise UsageError(f"{flag} must be at least 1, got {value}")
     if args.warmup < 0:
         raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
-    if args.preset is not None and args.preset not in preset_names(models):
-        raise UsageError(f"unknown preset {args.preset}; valid presets for these models: "
-                         f"{', '.join(preset_names(models)) or 'none'}")
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise UsageError(f"--data-dir {args.data_dir} is not a folder")
+    valid_presets = [*preset_names(models), SMOKE_PRESET]
+    if args.preset is not None and args.preset not in valid_presets:
+        raise UsageError(f"unknown preset {args.preset}; valid presets for these models: {', '.join(valid_presets)}")
+    check_data_options(args.data, args.data_dir)
     return RunSettings(
         models=models, tasks=tasks, output=args.output or default_output(models, tasks, experiment_settings(args)), limit=args.limit,
         seed=args.seed, device=args.device, dtype=args.dtype, batch_size=args.batch_size, warmup=args.warmup,
         data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
         model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
+        threads=resolve_threads(args.threads, resolve_device(args.device)),
     )
 
 

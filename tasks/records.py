@@ -6,11 +6,15 @@ one line naming the file, the line and the field.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from harness.files import JSONLError
 from harness.files import file_sha256, read_jsonl  # file_sha256 is re-exported for tasks.evalplus.releases
@@ -90,9 +94,54 @@ def load_fixtures(spec: DatasetSpec) -> LoadedData:
     return LoadedData(records, "fixtures", f"fixtures/{spec.fixture}", file_sha256(path))
 
 
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+HUB_PROBE_TIMEOUT_S = 3.0
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_offline_reason() -> str | None:
+    """Why the hub cannot be reached (None when it can): an offline variable, else one TCP connection to the hub's
+    host, tried once per process. Without it every task's load waits through the hub client's retries (tens of
+    seconds and a dozen log lines each) before falling back."""
+    for variable in OFFLINE_VARIABLES:
+        if _truthy(os.environ.get(variable)):
+            return f"{variable} is set"
+    from huggingface_hub import constants
+
+    return unreachable(constants.ENDPOINT)
+
+
+@functools.lru_cache(maxsize=4)
+def unreachable(endpoint: str) -> str | None:
+    """Why a TCP connection to ``endpoint``'s host and port fails (None when it succeeds)."""
+    url = urlsplit(endpoint)
+    host, port = url.hostname or endpoint, url.port or (80 if url.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as error:
+        return f"{host}:{port} unreachable: {error.strerror or error}"
+    return None
+
+
+def go_offline() -> None:
+    """Make this process's hub clients use their caches only, so a cached dataset still loads and nothing retries
+    (the variables stay as the user set them, so the reason given is the one found)."""
+    import datasets
+    from huggingface_hub import constants
+
+    constants.HF_HUB_OFFLINE = True
+    datasets.config.HF_HUB_OFFLINE = datasets.config.HF_DATASETS_OFFLINE = True
+
+
 def load_hub(spec: DatasetSpec) -> LoadedData:
     import datasets
 
+    offline = hub_offline_reason()
+    if offline:
+        go_offline()
     configs = spec.hub_configs or (spec.config,)
     records: list[dict[str, Any]] = []
     for config in configs:
@@ -100,10 +149,12 @@ def load_hub(spec: DatasetSpec) -> LoadedData:
             dataset = datasets.load_dataset(spec.hub_id, config, split=spec.split)
         except Exception as error:  # datasets raises many types for network, auth and schema problems
             first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+            if offline:
+                first = f"offline ({offline}) and not in the local cache"
             hint = (" (gated dataset: accept its terms on the hub and log in with `hf auth login` or set HF_TOKEN)"
-                    if spec.gated else "")
-            raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; "
-                            f"or pass --data-dir with {spec.local_file}") from None
+                    if spec.gated and not offline else "")
+            raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; pass --data fixtures for the "
+                            f"bundled items or --data-dir with {spec.local_file}") from None
         records.extend(dict(row) for row in dataset)
     missing = [f for f in spec.required_fields if records and f not in records[0]]
     if missing:

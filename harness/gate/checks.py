@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
-from harness.run.compare import describe_value, field_differences
+from harness.run.compare import describe_difference, field_differences
 from harness.gate.drift import forwards_per_token, output_drift, shared_docs
 from harness.gate.power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
 from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, GateReport, GateRow, GateSettings,
@@ -61,16 +61,15 @@ def check_comparable(base: dict[str, Any], cand: dict[str, Any], allow_decoding_
         raise GateError(f"{where}: primary metric differs ({base['primary_metric']} vs {cand['primary_metric']})")
     differing = field_differences(base["manifest"], cand["manifest"])
     notes = []
+    def difference(field: str) -> str:
+        return describe_difference(field, base["manifest"].get(field), cand["manifest"].get(field))
+
     if allow_decoding_change and "decoding" in differing:
         differing.remove("decoding")
-        b, c = base["manifest"].get("decoding") or {}, cand["manifest"].get("decoding") or {}
-        changed = [f"{k}={b.get(k)!r}->{c.get(k)!r}" for k in sorted(set(b) | set(c)) if b.get(k) != c.get(k)]
-        notes.append(f"{where}: decoding changed (allowed): {', '.join(changed)}")
+        notes.append(f"{where}: decoding changed (allowed): {difference('decoding')}")
     if differing:
-        f = differing[0]
         raise GateError(f"not comparable: {where}: {', '.join(differing)} differ(s) "
-                        f"({f}: {describe_value(base['manifest'].get(f))} vs "
-                        f"{describe_value(cand['manifest'].get(f))})")
+                        f"({'; '.join(difference(f) for f in differing)})")
     return notes
 
 
@@ -152,7 +151,7 @@ def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]
     if timed_b and timed_c:
         notes += hardware_warnings(timed_b.get("environment", {}), timed_c.get("environment", {}), "the re-timings")
     env_b, env_c = baseline.manifest.get("environment", {}), candidate.manifest.get("environment", {})
-    for key in ("device_count", "torch"):
+    for key in ("device_count", "torch", "torch_threads"):
         if env_b.get(key) != env_c.get(key):
             notes.append(f"tokens/s compared across different {key}: {env_b.get(key)} vs {env_c.get(key)}")
     for base, cand in pairs:

@@ -11,6 +11,13 @@ from harness.gate.power import NOT_GATED_POINTS, Power
 from harness.gate.verdict import GateError, GateReport, GateSettings
 
 
+# What each row's Δ speed is the change of: the re-timing's normalised throughput, or the runs' raw tokens/s.
+SPEED_BASIS = {"re-timed": "re-timed, normalised", "run": "run, raw"}
+SPEED_LEGEND = ("speed: the tok/s columns are raw (the re-timing's median on CPU time, else the run's own); a "
+                "re-timed row's Δ speed is of the normalised throughput (tok/s × the reference decoder's CPU seconds), "
+                "which the machine's load cancels out of")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage, so every bad input ends in one line."""
 
@@ -95,7 +102,7 @@ def report_frame(report: GateReport) -> pd.DataFrame:
             "cand fwd/tok": _fmt(r.candidate_fpt, ".4f"),
             "base tok/s": _fmt(r.speed.baseline_tps, ".2f"),
             "cand tok/s": _fmt(r.speed.candidate_tps, ".2f"),
-            "Δ speed": "-" if r.speed.change is None else f"{100 * r.speed.change:+.1f}% ({r.speed.source})",
+            "Δ speed": "-" if r.speed.change is None else f"{100 * r.speed.change:+.1f}% ({SPEED_BASIS[r.speed.source]})",
             "verdict": " + ".join(r.verdicts) or "ok",
         })
     return pd.DataFrame(rows)
@@ -124,6 +131,8 @@ def rule_text(s: GateSettings) -> str:
 def format_report(report: GateReport) -> str:
     lines = [report_frame(report).to_string(index=False)]
     lines += drift_lines(report)
+    if any(r.speed.source == "re-timed" for r in report.rows):
+        lines.append(SPEED_LEGEND)
     lines += [f"note: {n}" for n in report.notes]
     counts = {name: sum(name in r.verdicts for r in report.rows)
               for name in ("ACCURACY", "DRIFT", "FORWARDS", "SPEED")}

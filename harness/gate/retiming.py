@@ -255,6 +255,19 @@ def _names(values: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(n for v in values for n in v.split(",") if n.strip()) if values else None
 
 
+def speed_line(entry: dict[str, Any], result: dict[str, Any] | None) -> str:
+    """One (model, task) of the re-timing, each figure named: the raw tok/s of this machine now (beside the run's
+    own raw figure) and the normalised one the gate compares, which the machine's load cancels out of."""
+    spread = [v / entry["median_normalized"] - 1 for v in entry["normalized"]]
+    own = (result or {}).get("speed", {}).get("tokens_per_second")
+    own_text = f"; the run's own {own:.2f}" if own is not None else ""
+    return (f"{entry['model']} · {entry['task']}: raw {entry['median_tokens_per_second']:.2f} tok/s on CPU time "
+            f"(median of {len(spread)} re-timed passes{own_text}), normalised {entry['median_normalized']:.3f} "
+            f"(tok/s × the reference decoder's CPU seconds, what the gate compares; passes "
+            f"{100 * min(spread):+.1f}%..{100 * max(spread):+.1f}%), {entry['reproduced']}/{entry['samples']} "
+            f"outputs reproduced")
+
+
 def main_gate_speed(argv: list[str]) -> int:
     """``run_eval.py gate-speed RUN``: write ``RUN/gate_speed.json`` and print one line per (model, task)."""
     p = _Parser(prog="run_eval.py gate-speed",
@@ -289,9 +302,6 @@ def main_gate_speed(argv: list[str]) -> int:
         return 2
     written = run.folder.write_gate_speed(payload)
     for r in payload["results"]:
-        spread = [v / r["median_normalized"] - 1 for v in r["normalized"]]
-        print(f"{r['model']} · {r['task']}: {r['median_tokens_per_second']:.2f} tok/s (median of {len(spread)}), "
-              f"normalised {r['median_normalized']:.3f} (passes {100 * min(spread):+.1f}%..{100 * max(spread):+.1f}%), "
-              f"{r['reproduced']}/{r['samples']} outputs reproduced")
+        print(speed_line(r, run.result(r["model"], r["task"])))
     print(f"written: {written}")
     return 0

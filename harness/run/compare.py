@@ -36,6 +36,16 @@ def describe_value(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def describe_difference(field: str, a: Any, b: Any) -> str:
+    """``field: a vs b``, shortened; for two mappings only the keys whose values differ, so a long configuration
+    cut at a fixed width still shows what changed."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = [k for k in sorted(set(a) | set(b), key=str) if _canonical(a.get(k)) != _canonical(b.get(k))]
+        return f"{field}: " + ", ".join(f"{k} {describe_value(a.get(k), 24)} vs {describe_value(b.get(k), 24)}"
+                                        for k in keys)
+    return f"{field}: {describe_value(a)} vs {describe_value(b)}"
+
+
 @dataclass(frozen=True)
 class Labelled:
     """A result with the name it goes by in a comparison (the model, or "model @ run" when a model is repeated)."""

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from harness.errors import RunError
 from harness.files import JSONLError, read_jsonl, write_atomic, write_json_atomic, write_jsonl_atomic
@@ -52,6 +54,35 @@ def check_writable(root: Path) -> None:
     except OSError as error:
         raise RunError(f"output folder {root} is not writable ({error.strerror or error}); choose another "
                        f"--output") from None
+
+
+def first_missing(root: Path) -> Path | None:
+    """The outermost folder of ``root``'s path that does not exist yet (what creating ``root`` would add)."""
+    missing = None
+    for path in (root, *root.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
+
+
+def holds_files(root: Path) -> bool:
+    """Whether any file lies under ``root`` (empty folders do not count)."""
+    return any(not path.is_dir() for path in root.rglob("*"))
+
+
+@contextmanager
+def removed_if_left_empty(root: Path) -> Iterator[None]:
+    """Run the body; if it fails and the folders it created for ``root`` hold no file, remove them, so a run that
+    fails at planning (a bad option, an unknown checkpoint, no data) leaves no empty run folder to puzzle over. A
+    folder that existed before, or holds a stored sample, stays."""
+    created = first_missing(Path(root))
+    try:
+        yield
+    except BaseException:
+        if created is not None and created.is_dir() and not holds_files(created):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
 
 
 @dataclass(frozen=True)

@@ -69,5 +69,6 @@ def environment(device: "torch.device") -> dict[str, Any]:
         "device": str(device),
         "device_name": device_name,
         "device_count": device_count,
+        "torch_threads": torch.get_num_threads(),  # CPU threads of the run (--threads): speed depends on them
         **hardware(device),
     }

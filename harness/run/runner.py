@@ -25,7 +25,9 @@ from harness.errors import NothingToScore
 from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.run.manifest import environment
 from harness.run.ranks import DistContext
-from harness.run.folder import RunFolder, check_writable
+from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
+from harness.run.presets import SMOKE_CANVAS, smoke_canvas
+from harness.run.threads import apply_threads
 from harness.run.store import SampleStore, sample_key
 from harness.timing.clock import peak_memory_bytes
 from models.base import GenerationRequest, Message, ModelAdapter
@@ -34,7 +36,7 @@ from models.options import coerce, record
 from models.adapters.resident import hand_over
 from models.registry import ModelSpec, load_adapter, spec_for
 from tasks.base import Doc, Task, TaskPrompt
-from tasks.records import LoadedData
+from tasks.records import LoadedData, hub_offline_reason
 from tasks.registry import make_task
 
 
@@ -57,6 +59,7 @@ class RunSettings:
     rescore: bool = False
     progress: bool = True
     store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
+    threads: int | None = None  # torch CPU threads (harness.run.threads); None leaves torch's setting
 
 
 @dataclass(frozen=True)
@@ -100,10 +103,12 @@ def prompt_hash(planned: Sequence[PlannedSample]) -> str:
 
 
 def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[PlannedSample], store: SampleStore,
-                     settings: RunSettings, label: str, rank: int = 0) -> None:
-    """Generate every pending sample in batches; each finished batch is appended to the store before the next."""
+                     settings: RunSettings, label: str, rank: int = 0, done: int = 0) -> None:
+    """Generate every pending sample in batches; each finished batch is appended to the store before the next. The
+    bar counts the whole share, starting at the ``done`` samples a resumed run already has."""
     loop = LoopSettings(settings.batch_size, settings.warmup, settings.seed, rank, by_length=True)
-    bar = tqdm(total=len(pending), desc=label, unit="sample", disable=not settings.progress, dynamic_ncols=True)
+    bar = tqdm(total=done + len(pending), initial=done, desc=label, unit="sample", disable=not settings.progress,
+               dynamic_ncols=True)
     for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
         store.append([{"key": pending[i].key, "doc_id": pending[i].doc.id, **record}
                       for i, record in zip(batch.indices, batch.records)])
@@ -169,10 +174,22 @@ class Runner:
             print(f"note: {message}")
 
     def load_data(self, task: Task) -> LoadedData:
-        data = task.load(self.settings.data, self.settings.data_dir)
-        if data.source == "fixtures" and self.settings.data == "auto":
-            self.note(f"{task.name}: hub dataset {task.dataset.hub_id} not reachable, using the bundled fixture "
-                      f"items (pass --data hub to fail instead, or --data-dir for local files)")
+        """One task's items (a sweep probes its tasks one by one)."""
+        return self.load_all_data([task])[task.name]
+
+    def load_all_data(self, tasks: Sequence[Task]) -> dict[str, LoadedData]:
+        """Every task's items; the tasks that fell back to the bundled fixtures are named in one note."""
+        s = self.settings
+        data = {task.name: task.load(s.data, s.data_dir) for task in tasks}
+        fallback = [name for name, loaded in data.items() if loaded.source == "fixtures" and s.data == "auto"]
+        if fallback:
+            self.note(f"{', '.join(fallback)}: the hub's data is not reachable ({hub_offline_reason() or 'failed'}); "
+                      f"using the bundled fixture items (--data fixtures to say so, --data hub to fail instead, "
+                      f"--data-dir DIR for local files)")
+        unused = [task.name for task in tasks if task.name.startswith("lmeval:")] if s.data_dir else []
+        if unused:
+            self.note(f"--data-dir does not apply to {', '.join(unused)}: lm-eval loads their items as their task "
+                      f"YAML says")
         return data
 
     def plan_all(self) -> list[Job]:
@@ -182,7 +199,10 @@ class Runner:
         if not s.rescore:
             check_writable(self.folder.root)
         tasks = [make_task(name) for name in s.tasks]
-        data = {task.name: self.load_data(task) for task in tasks}
+        data = self.load_all_data(tasks)
+        if smoke_canvas(s.preset) and not s.gen_length:
+            self.note(f"--preset smoke: a {SMOKE_CANVAS}-token canvas for every model and task, to check that the "
+                      f"run works; scores and speeds are not the tasks' (drop it, or give --gen-length, for those)")
         jobs = []
         for name in s.models:
             spec = spec_for(name)
@@ -203,7 +223,13 @@ class Runner:
         launcher's barrier, given by the command line), and (rank 0) score it and rewrite the results file, then
         ``after_job(payload)`` (the command line rewrites the report there). A model's weights are released (or
         handed to the next model on the same checkpoint) after its jobs."""
+        with removed_if_left_empty(self.folder.root):  # a run that fails before storing anything leaves no folder
+            return self._run(wait_for_ranks, after_job)
+
+    def _run(self, wait_for_ranks: Callable[[], None],
+             after_job: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
         s = self.settings
+        apply_threads(s.threads)
         jobs = self.plan_all()
         manifest = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -246,7 +272,8 @@ class Runner:
                       f"{len(every)}")
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
         preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
-        canvas = s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or task.canvas_tokens
+        canvas = (s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or smoke_canvas(s.preset)
+                  or task.canvas_tokens)
         config = with_run_seed(adapter.make_config(overrides, canvas), s.seed)  # validated here, before any decode
         planned = plan(task, docs, adapter, config, canvas, s.seed, s.batch_size)
         return Job(spec, adapter, task, data, config, canvas, planned)
@@ -257,11 +284,17 @@ class Runner:
         return [p for p in job.planned[self.dist.rank::self.dist.world_size] if p.key not in stored]
 
     def generate(self, job: Job) -> None:
+        """Generate what the store lacks; a resumed job says how much it skips."""
         pending = self.pending(job)
-        if not pending:
-            return
+        share = len(job.planned[self.dist.rank::self.dist.world_size])
+        done = share - len(pending)
         label = f"{job.spec.name} · {job.task.name}" + (f" · rank {self.dist.rank}" if self.dist.active else "")
-        generate_missing(job.adapter, job.config, pending, self.store(job), self.settings, label, self.dist.rank)
+        if done:
+            what = "skipped" if not pending else f"resuming with {len(pending)} left"
+            self.note(f"{label}: {done} of {share} samples already stored, {what}")
+        if pending:
+            generate_missing(job.adapter, job.config, pending, self.store(job), self.settings, label,
+                             self.dist.rank, done)
 
     def score(self, job: Job) -> dict[str, Any]:
         s = self.settings

@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from harness.gate.checks import NOT_COMPARABLE, PASS, REGRESSION, main_gate
 from harness.gate.drift import first_difference, is_deterministic
 from harness.gate.power import fisher_min_items, items_needed, mcnemar_min_items, paired_power, smallest_flagged
-from harness.gate.retiming import FORMAT
+from harness.gate.retiming import FORMAT, speed_line
 from harness.run.manifest import cpu_model
 from harness.run.folder import GATE_SPEED_NAME as SPEED_FILE
 
@@ -117,14 +117,23 @@ def test_re_timed_speed_replaces_the_runs_own_tokens_per_second(tmp_path, rf, ca
     base = rf.write_run(tmp_path / "b", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 5), tps_override=100.0)])
     cand = rf.write_run(tmp_path / "c", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 5), tps_override=40.0)])
     code, out, _ = gate(capsys, base, cand, *NO_ACCURACY)
-    assert code == REGRESSION and "-60.0% (run)" in out and "gate-speed" in out
+    assert code == REGRESSION and "-60.0% (run, raw)" in out and "gate-speed" in out
     speed_file(base, 10.0, 50.0)
     speed_file(cand, 9.0, 30.0)  # the normalised figure moved 10%: within the default tolerance
     code, out, _ = gate(capsys, base, cand, *NO_ACCURACY)
-    assert code == PASS and "-10.0% (re-timed)" in out
+    assert code == PASS and "-10.0% (re-timed, normalised)" in out and "the tok/s columns are raw" in out
     speed_file(cand, 5.0, 25.0)  # a halving
     code, out, _ = gate(capsys, base, cand, *NO_ACCURACY)
-    assert code == REGRESSION and "SPEED" in out and "-50.0% (re-timed)" in out
+    assert code == REGRESSION and "SPEED" in out and "-50.0% (re-timed, normalised)" in out
+
+
+def test_gate_speed_line_names_raw_and_normalised_figures():
+    entry = {"model": "m", "task": "gsm8k", "median_tokens_per_second": 12.5, "median_normalized": 0.5,
+             "normalized": [0.45, 0.5, 0.55], "reproduced": 2, "samples": 2}
+    line = speed_line(entry, {"speed": {"tokens_per_second": 20.0}})
+    assert "raw 12.50 tok/s" in line and "the run's own 20.00" in line
+    assert "normalised 0.500" in line and "what the gate compares" in line and "-10.0%..+10.0%" in line
+    assert "the run's own" not in speed_line(entry, None)
 
 
 def test_damaged_speed_file_exits_2(tmp_path, rf, capsys):
@@ -153,9 +162,25 @@ def test_decoding_change_is_refused_unless_allowed(tmp_path, rf, capsys):
     base, cand = two_runs(tmp_path, rf, rf.samples([0.0] * 5), rf.samples([0.0] * 5),
                           cand_decoding={"do_sample": False, "seed": 1234, "threshold": 0.5})
     code, _, err = gate(capsys, base, cand, *NO_ACCURACY)
-    assert code == NOT_COMPARABLE and "decoding" in err
+    assert code == NOT_COMPARABLE and "decoding differ(s) (decoding: threshold null vs 0.5)" in err
     code, out, _ = gate(capsys, base, cand, *NO_ACCURACY, "--allow-decoding-change")
-    assert code == PASS and "decoding changed (allowed): threshold=None->0.5" in out
+    assert code == PASS and "decoding changed (allowed): decoding: threshold null vs 0.5" in out
+
+
+def test_not_comparable_names_the_differing_key_of_a_long_configuration(tmp_path, rf, capsys):
+    """Two long configurations cut at one width look alike; the line must name the key that differs, and every
+    differing field."""
+    common = {f"option_{letter}": "a fairly long value" for letter in "abcdefgh"}
+    base = rf.write_run(tmp_path / "base", [rf.Entry("m", "gsm8k", rf.samples([0.0] * 5))])
+    entry = rf.Entry("m", "gsm8k", rf.samples([0.0] * 5))
+    entry.decoding = {**common, "slot_size": 16}
+    payload = json.loads((base / "results.json").read_text())
+    payload["results"][0]["manifest"]["decoding"] = {**common, "slot_size": 8}
+    (base / "results.json").write_text(json.dumps(payload))
+    cand = rf.write_run(tmp_path / "cand", [entry])
+    code, _, err = gate(capsys, base, cand, *NO_ACCURACY)
+    assert code == NOT_COMPARABLE and len(err.strip().splitlines()) == 1
+    assert "decoding: slot_size 8 vs 16" in err and "option_a" not in err
 
 
 def test_cpu_model_comes_from_cpuinfo(tmp_path):

@@ -52,7 +52,7 @@ def test_identical_rerun_passes_with_re_timed_speed(baseline, tmp_path, capsys):
     assert manifest["cpu_model"] and "accelerator" in manifest
     code, out, _ = gate(capsys, baseline, rerun, *RECIPE, "--max-tps-drop", "1")
     assert code == PASS, out
-    assert "0/3" in out and "(re-timed)" in out and "accuracy not gated" in out
+    assert "0/3" in out and "(re-timed, normalised)" in out and "accuracy not gated" in out
 
 
 def test_threshold_change_fails_on_drift(baseline, tmp_path, capsys):
