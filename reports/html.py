@@ -22,7 +22,7 @@ from harness.run.folder import Run, RunFolder
 from reports import figures
 from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
-from reports.report_data import ReportData, gather
+from reports.report_data import ReportData, gather, short_run_names
 from reports.published import SOURCE, PublishedCell
 from reports.tables import (MANIFEST_COLUMNS, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
                             published_frame, published_reference_frame, speed_frame, write_tables)
@@ -51,6 +51,7 @@ class PublishedView:
 @dataclass(frozen=True)
 class RunInfo:
     name: str
+    short: str  # what labels call the run when a model appears in several runs
     environment: tuple[tuple[str, str], ...]
     settings: tuple[tuple[str, str], ...]
 
@@ -85,12 +86,12 @@ def published_rows(data: ReportData) -> dict[str, PublishedView | None]:
     return out
 
 
-def run_info(run: Run) -> RunInfo:
+def run_info(run: Run, short: str) -> RunInfo:
     env = run.manifest.get("environment") or {}
     settings = {k: v for k, v in (run.manifest.get("settings") or {}).items() if k not in ("output", "data_dir")}
     created = run.manifest.get("created")
     environment = [("created", display(created))] + [(k, display(v)) for k, v in env.items()]
-    return RunInfo(run.name, tuple(environment), tuple((k, display(v)) for k, v in settings.items()))
+    return RunInfo(run.name, short, tuple(environment), tuple((k, display(v)) for k, v in settings.items()))
 
 
 def best_per_task(data: ReportData) -> list[float | None]:
@@ -112,7 +113,7 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
         "title": "Evaluation report: " + ", ".join(run.name for run in data.runs),
         "generated": time.strftime("%Y-%m-%d %H:%M"),
         "token_definition": TOKEN_DEFINITION,
-        "runs": [run_info(run) for run in data.runs],
+        "runs": [run_info(run, short) for run, short in zip(data.runs, short_run_names([r.name for r in data.runs]))],
         "labels": data.labels,
         "tasks": data.tasks,
         "paper_columns": data.paper_columns,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -127,12 +128,49 @@ def choose_baseline(cells: Sequence[Cell], labels: Sequence[str], requested: str
     return ar[0] if ar else labels[0]
 
 
+WORD_BREAKS = re.compile(r"([_+\-.,@ ]+)")  # run folder names are words joined by these (models+tasks__hash)
+SHORT_RUN_CHARS = 16  # a distinguishing part longer than this is cut, where the cut still tells the runs apart
+
+
+def _shared_words(split: Sequence[list[str]]) -> int:
+    """How many leading words (separators included) every name shares."""
+    count = 0
+    while all(len(words) > count for words in split) and len({words[count] for words in split}) == 1:
+        count += 1
+    return count
+
+
+def short_run_names(names: Sequence[str], limit: int = SHORT_RUN_CHARS) -> list[str]:
+    """What tells each run's name from the others', for labels a figure can hold: the names less the words they all
+    share at the start and at the end, so ``llada+qwen3__gsm8k__1a2b3c4d`` beside ``llada+qwen3__gsm8k__9f8e7d6c``
+    gives ``1a2b3c4d`` and ``9f8e7d6c``. A part over ``limit`` characters is cut where the cut keeps the runs apart.
+    A name given twice is told apart by its position (``run#1``, ``run#2``)."""
+    unique = [name if names.count(name) == 1 else f"{name}#{i + 1}" for i, name in enumerate(names)]
+    if len(unique) < 2:
+        return unique
+    split = [WORD_BREAKS.split(name) for name in unique]
+    head = _shared_words(split)
+    tail = _shared_words([words[head:][::-1] for words in split])
+    parts = ["".join(words[head:len(words) - tail]).strip("_+-., @") for words in split]
+    if not all(parts) or len(set(parts)) < len(parts):
+        parts = unique  # one name is the others' shared part: only the whole names tell them apart
+    cut = [part if len(part) <= limit else part[:limit - 1] + "…" for part in parts]
+    return cut if len(set(cut)) == len(cut) else parts
+
+
+def labelled_entries(runs: Sequence[Run]) -> list[Labelled]:
+    """Every result labelled by model, and a model found in several runs as ``model @ short run name``."""
+    short = {id(run): name for run, name in zip(runs, short_run_names([run.name for run in runs]))}
+    return [entry if entry.label == entry.model else replace(entry, label=f"{entry.model} @ {short[id(entry.run)]}")
+            for entry in label_results(runs)]
+
+
 def gather(run_dirs: Sequence[Path], baseline_model: str | None = None) -> ReportData:
     """Load the runs and everything the report needs; raises RunLoadError or ReportError with one line."""
     if not run_dirs:
         raise ReportError("give at least one run folder")
     runs = tuple(load_run(Path(p)) for p in run_dirs)
-    entries = label_results(runs)
+    entries = labelled_entries(runs)
     if not entries:
         raise ReportError("the runs hold no results")
     cells = tuple(to_cell(e) for e in entries)

@@ -27,3 +27,20 @@ def chromium_page() -> ModuleType:
         sys.modules["chromium_page"] = module
         spec.loader.exec_module(module)
     return sys.modules["chromium_page"]
+
+
+# Two runs of the same three tiny models whose folders differ only in the settings hash, every accuracy zero and the
+# two diffusion models' speeds close together: the report a new user gets from comparing two tiny runs.
+CROWDED_SPEEDS = {"tiny-qwen3": (180.0, "ar", 20.0), "tiny-llada": (20.0, "llada", 30.0),
+                  "tiny-refusion": (11.0, "refusion", 8.0)}
+CROWDED_FOLDER = "tiny-llada+tiny-qwen3+tiny-refusion__gsm8k+mbpp__{}"
+
+
+@pytest.fixture
+def crowded_runs(tmp_path, rf) -> list[Path]:
+    runs = []
+    for digest, shift in (("1a2b3c4d", 0.0), ("9f8e7d6c", 3.0)):
+        entries = [rf.Entry(model, task, rf.samples([0.0] * 4, nfe=nfe), kind=kind, tps_override=tps + shift)
+                   for task in ("gsm8k", "mbpp") for model, (tps, kind, nfe) in CROWDED_SPEEDS.items()]
+        runs.append(rf.write_run(tmp_path / "runs" / CROWDED_FOLDER.format(digest), entries))
+    return runs

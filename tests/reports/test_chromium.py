@@ -6,11 +6,15 @@ Skipped only when no Chromium binary is installed (CI installs one with ``apt-ge
 from __future__ import annotations
 
 import io
+import itertools
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from reports import figures
 from reports.html import write_report
+from reports.report_data import gather
 
 EVIL = '</script><script>window.__pwned=1</script><img src="x" onerror="window.__pwned=2"> & <b>not bold</b>'
 READY = "document.body && document.body.dataset.browserReady"
@@ -83,3 +87,59 @@ def test_the_check_catches_requests_and_errors(tmp_path, rf, browser, chromium_p
     assert any("boom" in e for e in visit.errors)
     assert any("example.invalid" in r for r in visit.requests)  # seen even though the page's policy blocks it
     assert any("example.invalid" in e and "Content Security Policy" in e for e in visit.errors)
+
+
+FIGURES = ("[...document.querySelectorAll('figure img')].map(i => { const r = i.getBoundingClientRect();"
+           " return {tail: i.src.slice(-80), x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height,"
+           " natural: i.naturalWidth}; })")
+ROW_LABELS = "[...document.querySelectorAll('table.paper tr.measured th')].map(th => th.firstChild.textContent)"
+
+
+def shown_at(chart, images):
+    """Where the page shows a chart: the <img> whose data ends like the chart's PNG."""
+    return next(i for i in images if chart.uri.endswith(i["tail"]))
+
+
+def dark_pixels(screenshot, box):
+    return int((np.asarray(screenshot.crop(tuple(round(v) for v in box))).sum(axis=2) < 3 * 110).sum())
+
+
+def colour_near(screenshot, x, y, hex_colour, reach=2, tolerance=40):
+    """Whether the model's colour is on screen within ``reach`` pixels of (x, y): the page may place the image at a
+    fractional offset, which blends a small marker's edge pixels."""
+    expected = np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)])
+    around = np.asarray(screenshot.crop((round(x) - reach, round(y) - reach, round(x) + reach + 1,
+                                         round(y) + reach + 1))).astype(int)
+    return bool((np.abs(around - expected).max(axis=2) <= tolerance).any())
+
+
+def test_two_crowded_runs_read_at_a_glance(tmp_path, crowded_runs, browser, chromium_page):
+    """The report over two runs of all-zero tiny models, as displayed: every scatter label drawn clear of the
+    others, every zero bar marked in its model's colour, short row labels, and text at a readable size."""
+    page = write_report(crowded_runs, tmp_path / "out")
+    visit = chromium_page.visit(browser, page, tmp_path / "profile", ready=READY, full_page=True,
+                                expressions={"images": FIGURES, "rows": ROW_LABELS})
+    assert visit.errors == [] and visit.requests == []
+    (tmp_path / "page.png").write_bytes(visit.screenshot)
+    screenshot = Image.open(io.BytesIO(visit.screenshot)).convert("RGB")
+    data = gather(crowded_runs)
+    scatter, bars = figures.tradeoff_scatter(data), figures.accuracy_bars(data)
+    assert all(len(label) <= 24 and " @ " in label and "__" not in label for label in visit.evaluations["rows"])
+    for name, chart in (("scatter", scatter), ("bars", bars)):
+        shown = shown_at(chart, visit.evaluations["images"])
+        scale = shown["w"] / shown["natural"]
+        screenshot.crop((round(shown["x"]), round(shown["y"]), round(shown["x"] + shown["w"]),
+                         round(shown["y"] + shown["h"]))).save(tmp_path / f"{name}.png")
+        assert scale > 0.99  # displayed at its own size: 8-point text stays 11 pixels tall
+        boxes = [(shown["x"] + b.x0 * scale, shown["y"] + b.y0 * scale, shown["x"] + b.x1 * scale,
+                  shown["y"] + b.y1 * scale) for b in chart.texts]
+        assert all(x0 >= shown["x"] and x1 <= shown["x"] + shown["w"] and y1 <= shown["y"] + shown["h"]
+                   for x0, _, x1, y1 in boxes)
+        assert all(dark_pixels(screenshot, box) >= 10 for box in boxes)  # each text is there to read, not covered
+    placed = [(b.x0, b.y0, b.x1, b.y1) for b in scatter.point_labels]
+    assert len(placed) == 5
+    assert not any(a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+                   for a, b in itertools.combinations(placed, 2))
+    shown = shown_at(bars, visit.evaluations["images"])
+    for mark in bars.marks:  # a zero bar draws nothing; its marker, in the model's colour, must be on screen
+        assert colour_near(screenshot, shown["x"] + mark.x, shown["y"] + mark.y, mark.colour), mark
