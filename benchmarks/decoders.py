@@ -43,6 +43,7 @@ from diffusion_gemma_speed import diffusion_gemma_speed, print_rows
 from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.clock import timed
 from models.decoders.ar import ARConfig, ar_generate
+from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
@@ -114,6 +115,9 @@ class SynchronisedBlockTimer(SynchronisedTimer):
     def block_forward(self, *args, **kwargs):
         return self._timed(lambda: self.inner.block_forward(*args, **kwargs))
 
+    def causal_forward(self, *args, **kwargs):
+        return self._timed(lambda: self.inner.causal_forward(*args, **kwargs))
+
     def new_cache(self, batch: int, capacity: int):
         return self.inner.new_cache(batch, capacity)
 
@@ -139,7 +143,8 @@ def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
 
     def ar_greedy(network: torch.nn.Module, prompt: torch.Tensor, canvas: int) -> int:
         cfg = ARConfig(max_new_tokens=canvas, eos_ids=(no_eos,), pad_id=0)
-        return len(ar_generate(network, prompt, torch.ones_like(prompt), cfg).rows[0].token_ids)
+        causal = network if hasattr(network, "causal_forward") else TransformersCausalLM(network)
+        return len(ar_generate(causal, prompt, torch.ones_like(prompt), cfg).rows[0].token_ids)
 
     return [DecoderRow("refusion", refusion), DecoderRow("ar-greedy", ar_greedy)]
 
@@ -343,6 +348,65 @@ def print_targets(results: list[Measurement]) -> None:
           f" ({hi.ms_per_token:.3f} vs {lo.ms_per_token:.3f} ms; target <= {FLAT_RATIO_TARGET})")
 
 
+# ---- the autoregressive baseline on the native network ----------------------------------------------------------
+AR_BATCHES = (1, 8)
+AR_CANVAS = 256
+AR_TARGET = 1.0  # native AR tokens/s over transformers' generate, at each batch
+
+
+def native_copy(hf: torch.nn.Module) -> torch.nn.Module:
+    """The native Qwen3 network with ``hf``'s weights (the stored names are the same)."""
+    network = build_network(Qwen3NetworkConfig.from_dict(hf.config.to_dict()), device=hf.device, dtype=hf.dtype)
+    network.load_state_dict(hf.state_dict(), strict=True)
+    return network.eval()
+
+
+def ragged_batch(prompts: list[torch.Tensor], batch: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` prompts of different lengths (each cut by a few tokens more than the last), left-padded."""
+    rows = [prompts[i % len(prompts)][0, : prompts[0].shape[1] - 3 * i] for i in range(batch)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((batch, width), pad, dtype=torch.long, device=rows[0].device)
+    mask = torch.zeros_like(ids)
+    for i, r in enumerate(rows):
+        ids[i, width - len(r):], mask[i, width - len(r):] = r, 1
+    return ids, mask
+
+
+def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], args: argparse.Namespace) -> None:
+    """The native AR decoder against transformers' ``generate`` (greedy, its own cache) on the same weights, at
+    batch 1 and 8 on ragged prompts: tokens compared, tokens/s side by side in interleaved rounds (order flipped
+    every other round); then ReFusion against AR on that same native network at canvas 512 and 1024."""
+    native, no_eos = native_copy(hf), args.vocab
+    cfg = ARConfig(max_new_tokens=AR_CANVAS, eos_ids=(no_eos,), pad_id=0)
+    print(f"AR baseline, canvas {AR_CANVAS}: native network (KVBuffer) vs transformers' generate (DynamicCache), "
+          f"median tokens/s of {args.rounds} interleaved rounds [min-max]")
+    for batch in AR_BATCHES:
+        ids, mask = ragged_batch(prompts, batch, 0)
+        sides = {
+            "native": lambda: [r.token_ids for r in ar_generate(native, ids, mask, cfg).rows],
+            "generate": lambda: hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=AR_CANVAS,
+                                            min_new_tokens=AR_CANVAS, eos_token_id=no_eos, pad_token_id=0
+                                            )[:, ids.shape[1]:].tolist(),
+        }
+        same = sides["native"]() == sides["generate"]()  # also the warm-up
+        rates: dict[str, list[float]] = {name: [] for name in sides}
+        for round_ in range(args.rounds):
+            for name in (list(sides) if round_ % 2 == 0 else list(sides)[::-1]):
+                _, seconds = timed(args.device, sides[name])
+                rates[name].append(batch * AR_CANVAS / seconds)
+        median = {name: statistics.median(r) for name, r in rates.items()}
+        ratio = median["native"] / median["generate"]
+        verdict = "PASS" if same and ratio >= AR_TARGET else "FAIL"
+        spread = {name: f"[{min(r):.0f}-{max(r):.0f}]" for name, r in rates.items()}
+        print(f"{verdict} batch {batch}: native {median['native']:.0f} tok/s {spread['native']}, generate "
+              f"{median['generate']:.0f} tok/s {spread['generate']}, ratio {ratio:.2f}x (target >= {AR_TARGET}), "
+              f"tokens {'identical' if same else 'DIFFER'}")
+    rows = decoder_rows(args)
+    print("ReFusion and AR on the same native network (batch 1):")
+    print_table(measure("native", native, rows, prompts, 512, args.device, args.rounds)
+                + measure("native", native, rows, prompts, 1024, args.device, args.rounds), rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -360,8 +424,8 @@ def main() -> None:
                         help="the ReFusion and AR rows' networks (none: only the diffusion rows)")
     parser.add_argument("--diffusion-canvas", type=int, default=512, help="canvas of the LLaDA/Dream rows (0: skip)")
     parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
-    parser.add_argument("--families", nargs="+", default=["llada", "dream", "block", "diffusiongemma"],
-                        choices=["llada", "dream", "block", "diffusiongemma"],
+    parser.add_argument("--families", nargs="+", default=["ar", "llada", "dream", "block", "diffusiongemma"],
+                        choices=["ar", "llada", "dream", "block", "diffusiongemma"],
                         help="which diffusion rows run at --diffusion-canvas")
     args = parser.parse_args()
     args.device = torch.device(args.device)
@@ -393,6 +457,8 @@ def main() -> None:
                                args.diffusion_canvas, args.device, args.rounds)
     print_table(results, rows)
     print_targets(results)
+    if "ar" in args.families:
+        print_ar_baseline(base, prompts, args)
     if args.diffusion_canvas and "block" in args.families:
         print_moe_cost(build_block_network("llada2", args), args)
     if args.diffusion_canvas and "diffusiongemma" in args.families:

@@ -46,6 +46,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from models.decoders.ar import ARConfig, ar_generate
+from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows
 from models.networks.loading import load_network
 from models.tiny import materialize
@@ -217,7 +218,8 @@ def section_canvas(args) -> dict[str, float | None]:
                 continue
             runs["refusion", c] = native, lambda cfg=cfg: refusion_decode_row(native, prompt, cfg).token_ids
             ar_cfg = ARConfig(max_new_tokens=c, eos_ids=(NO_EOS,), pad_id=0)
-            runs["ar", c] = hf, lambda cfg=ar_cfg: ar_generate(hf, prompt, ones, cfg).rows[0].token_ids
+            runs["ar", c] = hf, lambda cfg=ar_cfg: ar_generate(TransformersCausalLM(hf), prompt, ones,
+                                                                cfg).rows[0].token_ids
         forwards = {}
         for (row, c), (network, decode) in runs.items():  # warm-up, counting the network's calls
             with ForwardTimer(network.inner, device) as counter:

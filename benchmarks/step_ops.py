@@ -27,6 +27,7 @@ from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.op_count import OpCounter, StepCounts
 from models.adapters.block_diffusion import BlockCalls
 from models.decoders.ar import ARConfig, ar_generate
+from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
 from models.decoders.dream import DreamConfig, dream_generate
 from models.decoders.llada import LLaDAConfig, llada_generate
@@ -89,7 +90,8 @@ def rows_of(output) -> list[list[int]]:
 
 
 def ar(network, prompts, canvas):
-    return rows_of(ar_generate(network, prompts, None, ARConfig(max_new_tokens=canvas, eos_ids=(NO_EOS,), pad_id=0)))
+    return rows_of(ar_generate(TransformersCausalLM(network), prompts, None,
+                               ARConfig(max_new_tokens=canvas, eos_ids=(NO_EOS,), pad_id=0)))
 
 
 def llada(network, prompts, canvas):

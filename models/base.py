@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -54,8 +54,9 @@ class Generation:
     gen_tokens: int
     gen_tokens_after_stop: int
     canvas_tokens: int
-    nfe: float
+    nfe: float  # the row's share of the network calls (a batched call split across its rows)
     hit_max_tokens: bool
+    forwards: int | None = field(default=None, kw_only=True)  # the forwards the row took part in (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,18 @@ class ModelAdapter(ABC):
         """The network a batch runs on; an adapter with runtime options picks it by them."""
         return self.network
 
+    def network_implementation(self, runtime: RuntimeOptions) -> str:
+        """``native`` (models/networks), ``transformers`` or ``engine``: whose code runs the network."""
+        return "transformers"
+
+    def implementation(self, runtime: RuntimeOptions) -> dict[str, Any]:
+        """What a speed figure depends on besides the decoder: the network's implementation, its attention kernel
+        (SDPA in this process, the engine's own in a server) and whether its steps run compiled. Two models
+        compared on speed should agree on these; the report marks the pairs that do not."""
+        network = self.network_implementation(runtime)
+        return {"network": network, "attention": "engine" if network == "engine" else "sdpa",
+                "compiled": bool(getattr(runtime, "compile", False))}
+
     def forward_modules(self, network: Any) -> Any:
         """What the forward timer hooks: the network itself, one call per forward; an adapter whose generate calls
         submodules instead (DiffusionGemma: its encoder and decoder) names those."""
@@ -242,6 +255,7 @@ class ModelAdapter(ABC):
                     canvas_tokens=request.canvas_tokens,
                     nfe=result.nfe,
                     hit_max_tokens=result.hit_max_tokens,
+                    forwards=result.forwards,
                 )
             )
         return out

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from harness.run.compare import MODEL_FIELDS, TASK_FIELDS
+from harness.run.compare import MODEL_FIELDS, TASK_FIELDS, implementation_label
 from harness.run.folder import RunFolder
 from reports.report_data import Cell, ReportData
 from reports.published import COLUMNS, SOURCE, PublishedRow, published_row, published_table
@@ -130,7 +130,8 @@ def speed_frame(data: ReportData) -> pd.DataFrame:
     records = []
     for c in data.cells:
         records.append({
-            "model": c.label, "task": c.task, "tokens/s": c.tokens_per_second, "tokens/forward": c.tokens_per_forward,
+            "model": c.label, "task": c.task, "network": implementation_label(c.manifest),
+            "tokens/s": c.tokens_per_second, "tokens/forward": c.tokens_per_forward,
             "forwards/token": c.forwards_per_token, "forwards/sample": c.forwards_per_sample,
             "canvas": c.canvas_tokens, "gen tokens (mean)": c.gen_tokens_mean,
             "latency mean s": c.latency.get("mean"), "p50 s": c.latency.get("p50"),

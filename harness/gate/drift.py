@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from harness.stats.aggregate import row_forwards
+
 EXAMPLES = 3  # changed samples listed by doc id and first differing position
 
 
@@ -72,10 +74,14 @@ def output_drift(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]],
 
 
 def forwards_per_token(records: Sequence[dict[str, Any]], docs: set[str] | None = None) -> float | None:
-    """Forwards spent per generated token over the given doc ids (all when None); None without tokens."""
+    """Forwards each row took part in per generated token over the given doc ids (all when None; the inverse of
+    tokens per forward); None without tokens or where a record's forwards are unknown."""
     chosen = [r for r in records if docs is None or str(r["doc_id"]) in docs]
     tokens = sum(r.get("gen_tokens", 0) for r in chosen)
-    return sum(float(r.get("nfe", 0.0)) for r in chosen) / tokens if tokens else None
+    forwards = [row_forwards(r) for r in chosen]
+    if not tokens or any(f is None for f in forwards):
+        return None
+    return sum(forwards) / tokens
 
 
 def shared_docs(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> set[str]:

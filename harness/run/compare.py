@@ -80,6 +80,15 @@ def label_results(runs: Sequence[Run]) -> list[Labelled]:
     return out
 
 
+def implementation_label(manifest: dict[str, Any]) -> str:
+    """How a result's network ran, in words ("native", "transformers, compiled", "engine"); "not recorded" for a
+    result stored before the manifest said."""
+    found = manifest.get("implementation")
+    if not found:
+        return "not recorded"
+    return found["network"] + (", compiled" if found.get("compiled") else "")
+
+
 def comparability_warnings(entries: Iterable[Labelled]) -> list[str]:
     """Why the numbers beside each other may not be comparable, one sentence each; empty when they are.
 
@@ -101,6 +110,9 @@ def comparability_warnings(entries: Iterable[Labelled]) -> list[str]:
         if fixtures:
             warnings.append(f"{task}: {', '.join(fixtures)} ran on the bundled fixture items, not the real test "
                             f"split; their scores say nothing about the model")
+    for task, group in by_task.items():
+        warnings.extend(_spread(task, "network implementation (speed ratios between these mix the decoder with the "
+                                "implementation)", group, lambda e: implementation_label(e.result["manifest"])))
     for (model, task), group in by_model_task.items():
         if len(group) > 1:
             for f in MODEL_FIELDS:

@@ -313,6 +313,7 @@ class Runner:
             "manifest": {
                 "model_ref": job.spec.ref,
                 "model": job.adapter.identity(),
+                "implementation": job.adapter.implementation(job.config.runtime),
                 "decoding": record(job.config),
                 "preset": s.preset,
                 "task": job.task.describe(),

@@ -37,12 +37,34 @@ def recorded_batch_size(samples: Sequence[dict[str, Any]], fallback: int) -> int
                default=fallback)
 
 
+def row_forwards(sample: dict[str, Any]) -> float | None:
+    """The forwards a sample's own row took part in: its record's ``forwards``; for a record stored before that
+    field, its ``nfe`` when it was decoded alone (a batch of one, where the two agree), else None (unknown, never
+    the batch's share passed off as the row's)."""
+    if sample.get("forwards") is not None:
+        return float(sample["forwards"])
+    if int(sample.get("batch_size", 1)) == 1 and sample.get("nfe"):
+        return float(sample["nfe"])
+    return None
+
+
+def tokens_per_forward(samples: Sequence[dict[str, Any]]) -> float | None:
+    """Σ gen_tokens / Σ the forwards each row took part in (the field's per-sequence TPF: 1.00 for an
+    autoregressive decoder at any batch size); None when a sample's forwards are unknown or none were counted."""
+    forwards = [row_forwards(s) for s in samples]
+    if not samples or any(f is None for f in forwards) or not sum(forwards):
+        return None
+    return sum(s["gen_tokens"] for s in samples) / sum(forwards)
+
+
 def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memory: int | None,
                   peak_memory_device: str | None = None) -> dict[str, Any]:
     """Speed figures of docs/measurement.md; ``batch_size`` is only the fallback for records that carry none."""
     timed = [s for s in samples if not s.get("warmup")]
     latencies = np.array([s["latency_s"] for s in timed], dtype=float)
-    forwards = sum(s["nfe"] for s in samples)
+    tpf = tokens_per_forward(samples)
+    calls = sum(s["nfe"] for s in samples)
+    tokens = sum(s["gen_tokens"] for s in samples)
 
     def pct(q: float) -> float | None:
         return float(np.percentile(latencies, q)) if len(latencies) else None
@@ -50,8 +72,10 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
     figures = {
         "token_definition": TOKEN_DEFINITION,
         "tokens_per_second": _tps(timed),
-        "tokens_per_forward": sum(s["gen_tokens"] for s in samples) / forwards if forwards else None,
-        "forwards_per_sample": forwards / len(samples) if samples and forwards else None,  # 0: not counted
+        "tokens_per_forward": tpf,
+        "forwards_per_sample": (sum(row_forwards(s) for s in samples) / len(samples)) if tpf else None,
+        # what a token cost in batched network calls (each call split across its rows): falls with the batch size
+        "network_calls_per_token": calls / tokens if calls and tokens else None,
         "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
                       "p50": pct(50), "p90": pct(90), "p99": pct(99)},
         "gen_tokens_mean": float(np.mean([s["gen_tokens"] for s in samples])) if samples else None,

@@ -29,15 +29,35 @@ def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype
     return tokenizer, network.eval()
 
 
-def generation_eos_ids(network, tokenizer) -> list[int]:
+def generation_eos_ids(generation_config, tokenizer) -> list[int]:
     """End-of-sequence ids from the generation config (Qwen3 has two), else the tokenizer's."""
-    eos = getattr(network.generation_config, "eos_token_id", None)
+    eos = getattr(generation_config, "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id
     ids = [eos] if isinstance(eos, int) else list(eos)
     if not ids:
         raise ConfigError("the model defines no end-of-sequence id (set eos_token_id in generation_config.json)")
     return ids
+
+
+def checkpoint_generation_config(source: ModelSource):
+    """The checkpoint's generation_config.json without loading its network; None when it ships none."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(source.path, revision=source.revision)
+    except OSError:
+        return None
+
+
+def checkpoint_model_type(source: ModelSource) -> str:
+    """config.json's model_type, lower-cased, without loading the network."""
+    from transformers import AutoConfig
+
+    try:
+        return str(AutoConfig.from_pretrained(source.path, revision=source.revision).model_type).lower()
+    except (OSError, ValueError) as error:
+        raise hub_error(source.ref, error) from None
 
 
 class CausalLMAdapter(ResidentWeights, ModelAdapter):

@@ -36,7 +36,7 @@ class DiffusionGemmaAdapter(CausalLMAdapter):
     model_class = "DiffusionGemmaForBlockDiffusion"
 
     def eos_ids(self) -> list[int]:
-        return generation_eos_ids(self.network, self.tokenizer)
+        return generation_eos_ids(self.network.generation_config, self.tokenizer)
 
     def token_ids(self) -> dict[str, Any]:
         pad = getattr(self.network.generation_config, "pad_token_id", None)

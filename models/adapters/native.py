@@ -73,3 +73,6 @@ class NativeNetworkAdapter(ResidentWeights, ModelAdapter):
 
     def network_for(self, runtime: NativeRuntime) -> Any:
         return self.compiled_network if runtime.compile else self.network
+
+    def network_implementation(self, runtime: NativeRuntime) -> str:
+        return "native"

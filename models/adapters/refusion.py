@@ -59,6 +59,9 @@ class RefusionAdapter(CausalLMAdapter):
             return self.network
         return self.compiled_network if runtime.compile else self.native_network
 
+    def network_implementation(self, runtime: RefusionRuntime) -> str:
+        return runtime.network
+
     def eos_ids(self) -> list[int]:
         return [self.tokenizer.eos_token_id]
 

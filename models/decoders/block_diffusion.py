@@ -278,7 +278,8 @@ class _BlockDecode:
         self.cache = network.new_cache(n_rows, self.total)
         self.eos = torch.tensor(cfg.eos_ids, device=device)
         self.schedule = transfer_schedule(size, cfg.denoising_steps)
-        self.row_nfe = [0.0] * n_rows
+        self.row_nfe = [0.0] * n_rows  # each row's share of the network calls
+        self.row_forwards = [0] * n_rows  # the forwards each row took part in
         self.nfe = 0
         self.written = 0  # columns whose K/V are in the cache
 
@@ -291,7 +292,8 @@ class _BlockDecode:
             start, end = block * size, (block + 1) * size
             if self.decode_block(start, end) or self.finish_block(block, start, end):
                 break
-        return _output(self.canvas, self.lengths, cfg.gen_length, cfg.eos_ids, self.nfe, self.row_nfe)
+        return _output(self.canvas, self.lengths, cfg.gen_length, cfg.eos_ids, self.nfe, self.row_nfe,
+                       self.row_forwards)
 
     def forward(self, start: int, end: int, write: bool) -> torch.Tensor:
         """Logits of columns [start, end), their K/V kept if ``write``; with ``fused_commit`` the call also feeds and
@@ -299,6 +301,7 @@ class _BlockDecode:
         self.nfe += 1
         for row in self.rows.origin:
             self.row_nfe[row] += 1 / len(self.rows.origin)
+            self.row_forwards[row] += 1
         low = self.written if self.cfg.fused_commit else start
         keep = (end if write else start) - low
         # every row's columns are its positions (prompts start at column 0): a range, so no read decides the mask
@@ -432,14 +435,14 @@ def _complete_to_eos(rows: Rows, end: int, eos: torch.Tensor, mask_id: int,
 
 
 def _output(canvas: torch.Tensor, lengths: torch.Tensor, gen: int, eos_ids: Sequence[int], nfe: int,
-            row_nfe: list[float]) -> DecodeOutput:
+            row_nfe: list[float], row_forwards: list[int]) -> DecodeOutput:
     """Each row's ``gen`` tokens after its prompt, cut after the first end-of-sequence id."""
     columns = lengths[:, None] + torch.arange(gen, device=canvas.device)[None]
     tokens = canvas.gather(1, columns)
     results = []
-    for ids, spent in zip(tokens.tolist(), row_nfe):
+    for ids, spent, forwards in zip(tokens.tolist(), row_nfe, row_forwards):
         kept, found = cut_after_eos(ids, eos_ids)
-        results.append(DecodeResult(token_ids=kept, nfe=spent, hit_max_tokens=not found))
+        results.append(DecodeResult(token_ids=kept, nfe=spent, hit_max_tokens=not found, forwards=forwards))
     return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)
 
 

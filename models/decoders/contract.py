@@ -59,11 +59,14 @@ def require_filled(config: Any, owner: str, roles: tuple[str, ...] = ("canvas", 
 @dataclass(frozen=True)
 class DecodeResult:
     """One row: committed ids after the prompt, up to and including the first end-of-sequence id, in position
-    order; the forwards spent on this row (a batched forward split evenly); whether no end-of-sequence came."""
+    order; its share of the network calls (a batched call split evenly across its rows: what the row cost); whether
+    no end-of-sequence came; and the forwards the row took part in (what tokens per forward counts, the same at any
+    batch size for a decoder whose rows finish on their own; None where a decoder cannot tell)."""
 
     token_ids: list[int]
     nfe: float
     hit_max_tokens: bool
+    forwards: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -100,11 +103,12 @@ def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int]
 
 
 def output_from_tokens(tokens: torch.Tensor, nfe: int, eos_ids: Sequence[int]) -> DecodeOutput:
-    """Rows cut after the first end-of-sequence id, the batch's forwards split evenly across them."""
+    """Rows cut after the first end-of-sequence id, the batch's forwards split evenly across them; every row took
+    part in every forward (a static batch runs until its last row is done)."""
     rows = tokens.tolist()
     per_row = nfe / max(len(rows), 1)
     results = []
     for row in rows:
         ids, found = cut_after_eos(row, eos_ids)
-        results.append(DecodeResult(token_ids=ids, nfe=per_row, hit_max_tokens=not found))
+        results.append(DecodeResult(token_ids=ids, nfe=per_row, hit_max_tokens=not found, forwards=nfe))
     return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)

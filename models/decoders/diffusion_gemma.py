@@ -175,6 +175,7 @@ def rows_from_output(new_tokens: torch.Tensor, tokens_per_step: torch.Tensor, cf
         kept, found = cut_after_eos(ids[: cfg.max_new_tokens], cfg.eos_ids)
         rows.append(DiffusionGemmaResult(
             token_ids=kept, nfe=(count.encoder + count.decoder) / batch, hit_max_tokens=not found,
+            forwards=count.encoder + count.decoder,
             encoder_calls=count.encoder, decoder_calls=count.decoder, decoder_steps=row_steps(ids, cfg.pad_id, tpf),
             tokens_per_decoder_step=float(tpf), sampling_seed=seed))
     return tuple(rows)

@@ -292,18 +292,20 @@ class LLaDA2Network(BlockForward, nn.Module):
         return self._logits(input_ids, positions, attention_mask, None, None)
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
-                      plan: Reservation) -> Tensor:
+                      plan: Reservation, read: Tensor | None = None) -> Tensor:
         """``BlockForward``'s layers: the bool block-causal mask made additive once for all layers."""
         if mask is not None:
             mask = additive_mask(mask, self.model.word_embeddings.weight.dtype)
-        return self._logits(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
+        return self._logits(input_ids, positions.expand(input_ids.shape), mask, cache, plan, read)
 
     def _logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer | None,
-                plan: Reservation | None) -> Tensor:
+                plan: Reservation | None, read: Tensor | None = None) -> Tensor:
         x = self.model.word_embeddings(input_ids)
         cos, sin = self._rope(positions, x.dtype)
         for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin, mask, cache, i, plan)
+        if read is not None:
+            x = x.flatten(0, 1).index_select(0, read)
         head = self.model.word_embeddings.weight if self.config.tie_word_embeddings else self.lm_head.weight
         return F.linear(self.model.norm(x), head)
 

@@ -18,12 +18,12 @@ from safetensors.torch import save_file
 from torch import nn
 
 from models.networks.common import RMSNorm
-from models.networks.dream import DreamNetworkConfig, DreamNetwork, FastDLLMv2Config
+from models.networks.dream import DreamNetworkConfig, DreamNetwork, FastDLLMv2Config, Qwen2NetworkConfig
 from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
 from models.networks.llada2 import LLaDA2Network, LLaDA2NetworkConfig
 from models.networks.qwen3 import Qwen3NetworkConfig, Qwen3Network
 
-Kind = Literal["llada", "dream", "qwen3", "sdar", "fastdllm-v2", "llada2"]
+Kind = Literal["llada", "dream", "qwen3", "qwen2", "sdar", "fastdllm-v2", "llada2"]
 Network = LLaDANetwork | DreamNetwork | Qwen3Network | LLaDA2Network
 Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig | LLaDA2NetworkConfig
 
@@ -44,6 +44,7 @@ _KINDS: dict[str, NetworkKind] = {
     "llada": NetworkKind(LLaDANetworkConfig, LLaDANetwork, "LLaDA", frozenset({"llada"})),
     "dream": NetworkKind(DreamNetworkConfig, DreamNetwork, "Dream", frozenset({"dream"})),
     "qwen3": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "Qwen3", frozenset({"qwen3"})),
+    "qwen2": NetworkKind(Qwen2NetworkConfig, DreamNetwork, "Qwen2", frozenset({"qwen2"})),
     "sdar": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "SDAR", frozenset({"sdar"})),
     "fastdllm-v2": NetworkKind(FastDLLMv2Config, DreamNetwork, "Fast-dLLM v2", frozenset({"fast_dllm_qwen"})),
     "llada2": NetworkKind(LLaDA2NetworkConfig, LLaDA2Network, "LLaDA2", frozenset({"llada2_moe"})),

@@ -273,11 +273,12 @@ class Qwen3Network(BlockForward, nn.Module):
             yield input_ids, positions, mask, cache, plan, logits_to_keep, ragged
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
-                      plan: Reservation) -> Tensor:
+                      plan: Reservation, read: Tensor | None = None) -> Tensor:
         """``BlockForward``'s layers: the bool mask made additive once, as ``forward`` does."""
         if mask is not None:
             mask = additive_mask(mask, self.model.embed_tokens.weight.dtype)
-        return self.forward_step(input_ids, positions.expand(input_ids.shape), mask, cache, plan)
+        ragged = None if read is None else RaggedBatch(None, read)
+        return self.forward_step(input_ids, positions.expand(input_ids.shape), mask, cache, plan, ragged=ragged)
 
     def forward_step(self, input_ids: Tensor, positions: Tensor, mask: Attention,
                      cache: KVBuffer | None, plan: Reservation | None, logits_to_keep: int = 0,

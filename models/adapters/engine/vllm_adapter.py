@@ -20,14 +20,13 @@ import os
 import shlex
 import tempfile
 import time
-import types
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from models.adapters.causal import generation_eos_ids
+from models.adapters.causal import checkpoint_generation_config, generation_eos_ids
 from harness.files import write_json_atomic
 from models.adapters.engine.server import (EngineError, LaunchPlan, RunningServer, attach, free_port, get_json,
                                            server_version)
@@ -123,6 +122,9 @@ class VLLMAdapter(ModelAdapter):
     decoder = ENGINE
     template = TemplateOptions(enable_thinking=False)  # Qwen3's baseline runs without a think block
 
+    def network_implementation(self, runtime: Any) -> str:
+        return "engine"
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._server: RunningServer | None = None
@@ -167,14 +169,8 @@ class VLLMAdapter(ModelAdapter):
 
     @cached_property
     def _eos_ids(self) -> list[int]:
-        from transformers import GenerationConfig
-
-        try:
-            generation = GenerationConfig.from_pretrained(self.source.path, revision=self.source.revision)
-        except OSError:
-            generation = None
-        # The same rule as the transformers adapter, which reads the config off its loaded network.
-        return generation_eos_ids(types.SimpleNamespace(generation_config=generation), self.tokenizer)
+        # The same rule as the autoregressive adapter's.
+        return generation_eos_ids(checkpoint_generation_config(self.source), self.tokenizer)
 
     def eos_ids(self) -> list[int]:
         return self._eos_ids

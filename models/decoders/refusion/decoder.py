@@ -123,9 +123,11 @@ class RefusionTrace:
     iterations: int  # plan/verify rounds
     tokens_per_forward: float  # the reference's "TPF" (generate.py L227/L327), kept for comparison
     committed_tokens: int  # tokens committed after the prompt, before the end-of-sequence cut
+    forwards: int  # the forwards this row took part in
 
     def to_decode_result(self) -> DecodeResult:
-        return DecodeResult(token_ids=list(self.token_ids), nfe=float(self.nfe), hit_max_tokens=self.hit_max_tokens)
+        return DecodeResult(token_ids=list(self.token_ids), nfe=float(self.nfe), hit_max_tokens=self.hit_max_tokens,
+                            forwards=self.forwards)
 
 
 @dataclass
@@ -397,6 +399,7 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrac
         iterations=state.iterations,
         tokens_per_forward=state.tpf_sum / max(state.iterations, 1),
         committed_tokens=len(gen),
+        forwards=state.forwards,
     )
 
 

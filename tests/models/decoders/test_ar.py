@@ -1,4 +1,6 @@
-"""The autoregressive decoder against independent computations: full recompute, unbatched runs, scripted EOS."""
+"""The autoregressive decoder against independent computations, on the native network and on transformers behind
+the same cache protocol: full recompute, transformers' own ``generate`` (batch 1 and left-padded batches of 8),
+rows alone against rows in a ragged batch, scripted end-of-sequence, and the forwards each row took part in."""
 
 from __future__ import annotations
 
@@ -6,77 +8,179 @@ import dataclasses
 
 import pytest
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from models.decoders.ar import ARConfig, ar_generate
+from models.networks.hf_causal import TransformersCausalLM
+from models.networks.loading import load_network
+from models.tiny import materialize
+
+torch.set_num_threads(1)
+EOS_NEVER = -1
+
+
+def save(model: torch.nn.Module, folder) -> str:
+    model.save_pretrained(folder)
+    return str(folder)
 
 
 @pytest.fixture(scope="module")
-def network() -> Qwen3ForCausalLM:
+def qwen3(tmp_path_factory) -> tuple[Qwen3ForCausalLM, str]:
     torch.manual_seed(0)
     config = Qwen3Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.2)
-    return Qwen3ForCausalLM(config).eval()
+    model = Qwen3ForCausalLM(config).eval()
+    return model, save(model, tmp_path_factory.mktemp("qwen3"))
 
 
-def greedy_by_full_recompute(network, prompt: list[int], steps: int) -> list[int]:
+@pytest.fixture(scope="module")
+def qwen2(tmp_path_factory) -> tuple[Qwen2ForCausalLM, str]:
+    """Qwen2.5's layout: q/k/v bias, tied embeddings as the small ones have."""
+    torch.manual_seed(1)
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, initializer_range=0.2,
+                         tie_word_embeddings=True)
+    model = Qwen2ForCausalLM(config).eval()
+    return model, save(model, tmp_path_factory.mktemp("qwen2"))
+
+
+@pytest.fixture(scope="module", params=["native", "transformers"])
+def network(request, qwen3):
+    """The decoder's network: the native Qwen3 with the checkpoint's weights, or transformers' behind the protocol."""
+    model, folder = qwen3
+    return load_network(folder, "qwen3", dtype=torch.float32) if request.param == "native" \
+        else TransformersCausalLM(model)
+
+
+def left_padded(prompts: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - len(p):] = torch.tensor(p)
+        mask[row, width - len(p):] = 1
+    return ids, mask
+
+
+def run(network, prompts: list[list[int]], steps: int, eos=(EOS_NEVER,), sampling=ARConfig(), **kwargs):
+    cfg = dataclasses.replace(sampling, max_new_tokens=steps, eos_ids=tuple(eos), pad_id=0)
+    return ar_generate(network, *left_padded(prompts), cfg, **kwargs)
+
+
+def generate(model, prompts: list[list[int]], steps: int, eos: int) -> list[list[int]]:
+    """transformers' own greedy generate on the left-padded batch, each row cut after its first ``eos``."""
+    ids, mask = left_padded(prompts)
+    out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=steps,
+                         eos_token_id=eos, pad_token_id=0)[:, ids.shape[1]:].tolist()
+    return [row[:row.index(eos) + 1] if eos in row else row for row in out]
+
+
+def greedy_by_full_recompute(model, prompt: list[int], steps: int) -> list[int]:
     """No cache: every step runs the whole sequence again and takes the argmax of the last row."""
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(steps):
             x = torch.tensor([ids])
-            logits = network(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits
+            logits = model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits
             ids.append(int(logits[0, -1].argmax()))
     return ids[len(prompt):]
 
 
-def run(network, prompts: list[list[int]], steps: int, eos=(299,), sampling=ARConfig()):
-    width = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for row, p in enumerate(prompts):
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
-    cfg = dataclasses.replace(sampling, max_new_tokens=steps, eos_ids=tuple(eos), pad_id=0)
-    output = ar_generate(network, ids, mask, cfg)
-    assert output.nfe == output.rows[0].nfe * len(prompts)
-    return list(output.rows)
+RAGGED = [[5, 17, 42], [7, 1, 2, 3, 4, 5, 6, 8, 9], [250, 12], [3] * 12, [9, 8, 7, 6], [100], [44, 45, 46, 47, 48],
+          [11, 12, 13, 14, 15, 16, 17]]
 
 
-def test_cached_decoding_equals_full_recompute(network):
+def test_cached_decoding_equals_full_recompute(network, qwen3):
     prompt = [5, 17, 42, 8, 99, 3]
-    expected = greedy_by_full_recompute(network, prompt, 24)
-    (result,) = run(network, [prompt], 24, eos=(-1,))
-    assert result.token_ids == expected
-    assert result.nfe == 24  # one prefill plus 23 single-token steps
+    output = run(network, [prompt], 24)
+    (result,) = output.rows
+    assert result.token_ids == greedy_by_full_recompute(qwen3[0], prompt, 24)
+    assert result.forwards == result.nfe == output.nfe == 24  # one prefill plus 23 single-token steps
     assert result.hit_max_tokens
 
 
-def test_batched_left_padded_equals_unbatched(network):
-    prompts = [[5, 17, 42], [7, 1, 2, 3, 4, 5, 6, 8, 9], [250, 12]]
-    batched = run(network, prompts, 20, eos=(-1,))
-    for prompt, row in zip(prompts, batched):
-        (alone,) = run(network, [prompt], 20, eos=(-1,))
-        assert row.token_ids == alone.token_ids
+def test_batch_of_eight_equals_transformers_generate_and_each_row_alone(network, qwen3):
+    model, _ = qwen3
+    batched = run(network, RAGGED, 20)
+    expected = generate(model, RAGGED, 20, eos=299)
+    for prompt, row, reference in zip(RAGGED, batched.rows, expected):
+        (alone,) = run(network, [prompt], 20).rows
+        assert row.token_ids == alone.token_ids == reference[:20]
+        assert row.forwards == alone.forwards == 20  # the same at any batch size: one forward per token
 
 
-def test_rows_stop_at_their_own_eos(network):
-    prompts = [[5, 17, 42], [7, 1, 2, 3, 4]]
-    free = run(network, prompts, 16, eos=(-1,))
+@pytest.mark.parametrize("source", ["tiny-qwen3", "qwen2"])
+def test_native_checkpoints_equal_transformers_generate(source, qwen2):
+    """tiny-qwen3 (the registry's, its local tokenizer's ids) and a Qwen2.5-layout checkpoint, loaded natively."""
+    if source == "qwen2":
+        model, folder = qwen2
+        kind = "qwen2"
+    else:
+        folder = str(materialize(source))
+        model, kind = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval(), "qwen3"
+    native = load_network(folder, kind, dtype=torch.float32)
+    vocab = model.config.vocab_size
+    prompts = [[(7 * i + 3 * j) % (vocab - 1) + 1 for j in range(3 + 2 * i)] for i in range(8)]
+    for batch in (prompts[:1], prompts):
+        rows = run(native, batch, 16, eos=(vocab - 1,)).rows
+        assert [r.token_ids for r in rows] == generate(model, batch, 16, eos=vocab - 1)
+
+
+def test_rows_stop_at_their_own_eos_and_leave_the_batch(network):
+    free = run(network, RAGGED[:3], 16).rows
     row0 = free[0].token_ids
     step = next(k for k in range(1, len(row0)) if row0[k] not in row0[:k])  # first new token after step 0
     eos = row0[step]
-    stopped = run(network, prompts, 16, eos=(eos,))
-    assert stopped[0].token_ids == row0[: step + 1]
-    assert not stopped[0].hit_max_tokens
-    cut = free[1].token_ids.index(eos) + 1 if eos in free[1].token_ids else 16
-    assert stopped[1].token_ids == free[1].token_ids[:cut]
+    calls: list[int] = []
+    counted = RowCounter(network, calls)
+    stopped = run(counted, RAGGED[:3], 16, eos=(eos,)).rows
+    assert stopped[0].token_ids == row0[: step + 1] and not stopped[0].hit_max_tokens
+    for free_row, row in zip(free[1:], stopped[1:]):
+        cut = free_row.token_ids.index(eos) + 1 if eos in free_row.token_ids else 16
+        assert row.token_ids == free_row.token_ids[:cut]
+    for row in stopped:
+        assert row.forwards == len(row.token_ids)
+        # each forward's cost is split across the rows in it: the row's share is below its forwards once rows leave
+        assert row.nfe == pytest.approx(sum(1 / width for width in calls[:row.forwards]))
+    assert calls == [sum(len(r.token_ids) > k for r in stopped) for k in range(len(calls))]  # finished rows left
 
 
-def test_sampling_is_seeded_and_differs_from_greedy(network):
+class RowCounter(torch.nn.Module):
+    """The network, recording how many rows each forward ran."""
+
+    def __init__(self, inner, calls: list[int]) -> None:
+        super().__init__()
+        self.inner, self.calls = inner, calls
+
+    def new_cache(self, batch: int, capacity: int):
+        return self.inner.new_cache(batch, capacity)
+
+    def causal_forward(self, input_ids, cache, read=None):
+        self.calls.append(input_ids.shape[0])
+        return self.inner.causal_forward(input_ids, cache, read=read)
+
+
+def test_seeded_sampling_is_the_same_on_both_implementations_and_in_any_batch(qwen3):
+    model, folder = qwen3
+    native, hf = load_network(folder, "qwen3", dtype=torch.float32), TransformersCausalLM(model)
     sampling = ARConfig(do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
-    first = run(network, [[5, 17, 42]], 24, eos=(-1,), sampling=sampling)[0].token_ids
-    second = run(network, [[5, 17, 42]], 24, eos=(-1,), sampling=sampling)[0].token_ids
-    greedy = run(network, [[5, 17, 42]], 24, eos=(-1,))[0].token_ids
-    assert first == second
-    assert first != greedy
+    seeds = [11, 12, 13]
+    draws = {name: [r.token_ids for r in run(net, RAGGED[:3], 24, sampling=sampling, row_seeds=seeds).rows]
+             for name, net in (("native", native), ("transformers", hf))}
+    assert draws["native"] == draws["transformers"]
+    alone = run(native, RAGGED[1:2], 24, sampling=sampling, row_seeds=seeds[1:2]).rows[0].token_ids
+    assert alone == draws["native"][1]
+    shared = [run(net, RAGGED[:1], 24, sampling=sampling).rows[0].token_ids for net in (native, hf)]
+    assert shared[0] == shared[1] != run(native, RAGGED[:1], 24).rows[0].token_ids  # and it does sample
+
+
+def test_compiled_native_network_gives_the_eager_tokens(qwen3, monkeypatch):
+    """The ``compile`` option's path (one graph per call shape; dynamo's graphs run op by op here)."""
+    from models.networks import compiled
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(compiled, "BACKEND", "eager")
+    native = load_network(qwen3[1], "qwen3", dtype=torch.float32)
+    eager = [r.token_ids for r in run(native, RAGGED[:4], 12).rows]
+    assert [r.token_ids for r in run(compiled.CompiledNetwork(native), RAGGED[:4], 12).rows] == eager
+    torch._dynamo.reset()

@@ -12,6 +12,7 @@ import pytest
 
 from harness.run.runner import to_request
 from models.decoders.ar import ar_generate
+from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.refusion.decoder import refusion_generate
 from models.options import set_options
 from refusion_stubs import NudgedLM
@@ -60,7 +61,7 @@ def test_qwen3_output_is_cut_at_either_eos_stripped_and_counted(first_eos, secon
     cfg = decoder_config(adapter, batch)
     assert (cfg.max_new_tokens, cfg.eos_ids, cfg.pad_id, cfg.do_sample) == (len(script), (IM_END, END_OF_TEXT),
                                                                            END_OF_TEXT, False)
-    results = ar_generate(network, batch.input_ids, batch.attention_mask, cfg).rows
+    results = ar_generate(TransformersCausalLM(network), batch.input_ids, batch.attention_mask, cfg).rows
     generation = adapter.finish(batch, results)[0]
 
     assert generation.token_ids == before + [first_eos]
@@ -82,7 +83,7 @@ def test_qwen3_stop_string_cuts_the_text_but_not_the_count(realtok_adapters):
     network = NudgedLM(adapter.network, MASK, batch.input_ids[0].tolist() + script + [IM_END] * 8, STRENGTH)
     cfg = decoder_config(adapter, batch)
     assert cfg.max_new_tokens == len(script) + 8
-    results = ar_generate(network, batch.input_ids, batch.attention_mask, cfg).rows
+    results = ar_generate(TransformersCausalLM(network), batch.input_ids, batch.attention_mask, cfg).rows
     generation = adapter.finish(batch, results)[0]
     assert generation.gen_tokens == len(script)
     assert generation.text == ANSWER + "\n\n"  # gsm8k stops at "Q:"

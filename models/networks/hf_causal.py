@@ -1,0 +1,80 @@
+"""transformers' causal LMs behind the native cache protocol (``new_cache``, ``causal_forward``; KVBuffer's rows),
+so the autoregressive decoder runs one loop on either implementation (``network=transformers``, and any ``hf:``
+checkpoint without a native network).
+
+A ``DynamicCache`` keeps one column count for every row, so rows of different lengths are columns marked live or
+dead: a row truncated to n entries hides its later columns, the next forward appends at the common end, and each
+query sees its row's live columns up to itself, at its row's own positions. That is what a left-padded batch is to
+transformers, with the pads wherever a row dropped them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class TransformersCache:
+    """A ``DynamicCache`` and which of its columns each row owns (``live`` [B, columns] bool)."""
+
+    def __init__(self, config, batch: int, device: torch.device) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache(config=config)
+        if any(getattr(self.cache, "is_sliding", []) or []):
+            raise ValueError("the transformers path needs full-attention cache layers; this model uses sliding windows")
+        self.live = torch.zeros(batch, 0, dtype=torch.bool, device=device)
+        self.lengths = [0] * batch
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    def append(self, n_new: int) -> None:
+        """Every row takes ``n_new`` new columns (the forward that follows writes them)."""
+        self.live = torch.cat([self.live, self.live.new_ones(self.batch, n_new)], dim=1)
+        self.lengths = [n + n_new for n in self.lengths]
+
+    def truncate(self, row: int, n: int) -> None:
+        """Keep the first ``n`` entries of ``row``; its later columns are hidden from every query."""
+        if not 0 <= n <= self.lengths[row]:
+            raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
+        columns = self.live[row].nonzero().flatten()
+        self.live[row, columns[n:]] = False
+        self.lengths[row] = n
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only ``rows`` (in that order)."""
+        if rows == list(range(self.batch)):
+            return
+        index = torch.tensor(rows, dtype=torch.long, device=self.live.device)
+        self.cache.batch_select_indices(index)
+        self.live = self.live.index_select(0, index)
+        self.lengths = [self.lengths[r] for r in rows]
+
+
+class TransformersCausalLM(nn.Module):
+    """A transformers causal LM with the native networks' ``new_cache`` / ``causal_forward`` (see the module)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def new_cache(self, batch: int, capacity: int) -> TransformersCache:
+        """``capacity`` is the native buffer's; a DynamicCache grows as it goes."""
+        return TransformersCache(self.model.config, batch, next(self.model.parameters()).device)
+
+    def causal_forward(self, input_ids: Tensor, cache: TransformersCache, read: Tensor | None = None) -> Tensor:
+        """Logits [B, L, vocab] of L new tokens per row at that row's next positions, or [M, vocab] at the flat
+        cells ``read`` (the head runs only at the columns some read cell is in)."""
+        b, length = input_ids.shape
+        positions = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
+            length, device=input_ids.device)
+        cache.append(length)
+        keep: int | Tensor = 0
+        if read is not None:
+            columns, at = torch.unique(read % length, return_inverse=True)
+            keep = columns
+        logits = self.model(input_ids=input_ids, attention_mask=cache.live.long(), position_ids=positions,
+                            cache=cache.cache, use_cache=True, logits_to_keep=keep).logits
+        return logits if read is None else logits[read // length, at]
