@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from harness.errors import UsageError
+from harness.sweep.plan import DEFAULT_PROMPTS, DEFAULT_REPEATS
 
 EPILOG = """\
 Each point is one model with one value of each of its gridded options at one batch size: the Cartesian product of
@@ -21,6 +22,10 @@ once, and rerunning the same command resumes an interrupted sweep (finished poin
 The reference of each model (--reference MODEL.OPTION=VALUE,...,batch_size=N; default: the model's default settings
 at the run's --batch-size, or the first gridded batch size) is compared with every point of that model by an exact
 McNemar test on paired items, Holm-corrected over the model's points per task. It is run too when it is off the grid.
+Once every point has generated, the sweep re-times them: --repeats passes (default 6), each decoding the first
+--timing-prompts stored prompts of every point, round-robin over the points and alternating direction, written to
+DIR/sweep_timing.json. Speed-ups and crossovers are medians of pass-by-pass ratios with a 95% interval; where the
+interval includes 1 the frontier says "within noise" instead. Accuracy and tokens come from the one generation.
 The sweep ends by writing DIR/frontier.html, DIR/frontier.csv and DIR/frontier_crossovers.csv.
 
 Example: run_eval.py sweep --models tiny-refusion --tasks gsm8k --data fixtures --limit 8 --gen-length 32
@@ -46,6 +51,12 @@ def build_sweep_parser(run: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--reference", action="append", default=[], metavar="MODEL.OPTION=V,...",
                    help="the point each model's points are tested against (default: the model's defaults)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Holm-corrected tests")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
+                   help="interleaved timing passes over every point (default %(default)s, the fewest that give a 95%% "
+                        "interval; 1: no re-timing, speed-ups untested against noise)")
+    p.add_argument("--timing-prompts", type=int, default=DEFAULT_PROMPTS,
+                   help="stored prompts per task each timing pass decodes (default %(default)s; at least the largest "
+                        "batch size)")
     p.add_argument("--output", type=Path, help="sweep folder (default: runs/sweep+<models>__<tasks>; rerunning resumes it)")
     return p
 

@@ -23,7 +23,8 @@ from harness.errors import UsageError
 from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, RunLoadError
 from harness.run.runner import Runner, RunSettings
-from harness.sweep.plan import BATCH, Axis, Point, SweepFolder, SweepPlan
+from harness.sweep.plan import BATCH, DEFAULT_PROMPTS, DEFAULT_REPEATS, Axis, Point, SweepFolder, SweepPlan
+from harness.sweep.retime import retime_sweep
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.options import coerce, leaves, set_options
@@ -40,6 +41,13 @@ class SweepSpec:
     axes: tuple[Axis, ...]
     reference: dict[str | None, dict[str, str]]
     alpha: float = 0.05
+    repeats: int = DEFAULT_REPEATS  # interleaved timing passes over every point (1: none, the runs' own figures)
+    timing_prompts: int = DEFAULT_PROMPTS
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--repeats", self.repeats), ("--timing-prompts", self.timing_prompts)):
+            if value < 1:
+                raise UsageError(f"{flag} must be at least 1, got {value}")
 
 
 # --- parsing ------------------------------------------------------------------------------------------------------
@@ -240,8 +248,8 @@ def is_complete(settings: RunSettings) -> bool:
 
 def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext = DistContext(),
               wait_for_ranks: Callable[[], None] = lambda: None) -> SweepPlan:
-    """Plan every point, write the plan, then run the points not finished yet, in order (each waits for every
-    rank before scoring, as a run does)."""
+    """Plan every point, write the plan, run the points not finished yet, in order (each waits for every rank
+    before scoring, as a run does), then re-time every point in interleaved passes (kept when nothing ran)."""
     adapters: dict[str, ModelAdapter] = {}
     plan = plan_sweep(spec, base, root, dist_ctx, adapters)
     if dist_ctx.is_main:
@@ -253,4 +261,6 @@ def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistCont
         if dist_ctx.is_main:
             print(f"sweep: point {index}/{len(todo)}: {point.name}")
         SweepRunner(point_settings(point, base, root), dist_ctx, adapters).run(wait_for_ranks)
+    retime_sweep(plan, base, lambda p: SweepRunner(point_settings(p, base, root), dist_ctx, adapters), dist_ctx,
+                 spec.repeats, spec.timing_prompts, reuse=not todo)
     return plan

@@ -7,6 +7,7 @@ frontier can be rebuilt from the folder alone. No run loop here: the report side
     <sweep>/sweep.json                     this plan
     <sweep>/<point name>/                  one run folder per point (harness.run.folder.RunFolder)
     <sweep>/store/batch_size=<N>/          the resume store shared by the points of one batch size
+    <sweep>/sweep_timing.json              every point re-timed in interleaved passes (harness.sweep.retime)
     <sweep>/frontier.html                  the frontier page (reports.frontier.page)
     <sweep>/frontier.csv, frontier_crossovers.csv   its tables
 """
@@ -25,6 +26,10 @@ from harness.run.folder import RunFolder
 
 BATCH = "batch_size"
 PLAN_NAME = "sweep.json"
+TIMING_NAME = "sweep_timing.json"
+TIMING_FORMAT = "sweep-timing-1"
+DEFAULT_REPEATS = 6  # the fewest passes whose min-max is a 95% distribution-free interval of the median (96.9%)
+DEFAULT_PROMPTS = 4  # stored prompts per task and timing pass (at least the largest batch size: retime.timing_prompts)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,10 @@ class SweepFolder:
     def crossovers_path(self) -> Path:
         return self.root / "frontier_crossovers.csv"
 
+    @property
+    def timing_path(self) -> Path:
+        return self.root / TIMING_NAME
+
 
 @dataclass(frozen=True)
 class SweepPlan:
@@ -131,3 +140,49 @@ def load_plan(root: Path) -> SweepPlan:
                    for p in raw["points"])
     return SweepPlan(Path(root), tuple(raw["models"]), tuple(raw["tasks"]), points, dict(raw["references"]),
                      float(raw.get("alpha", 0.05)))
+
+
+# --- timing passes ------------------------------------------------------------------------------------------------
+
+PassTimes = dict[str, dict[str, list[tuple[int, float]]]]  # point name -> task -> one (tokens, seconds) per pass
+
+
+@dataclass(frozen=True)
+class SweepTiming:
+    """The re-timing of a sweep's points (harness.sweep.retime): ``repeats`` interleaved passes, each decoding the
+    first ``prompts`` stored prompts of every task at the point's batch size; ``order`` is the visiting order of
+    every pass (the record that the passes were interleaved)."""
+
+    repeats: int
+    prompts: int
+    order: tuple[tuple[str, ...], ...]
+    passes: PassTimes
+
+    def tokens_per_second(self, point: str, task: str) -> tuple[float, ...] | None:
+        """One tokens/s per pass, in pass order; None when this point and task were not re-timed."""
+        passes = self.passes.get(point, {}).get(task)
+        return tuple(tokens / seconds for tokens, seconds in passes) if passes else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": TIMING_FORMAT, "repeats": self.repeats, "prompts": self.prompts,
+                "clock": "wall seconds of the decoder call, device synchronised (as a run's tokens/s)",
+                "order": [list(o) for o in self.order],
+                "passes": {p: {t: [list(x) for x in v] for t, v in tasks.items()} for p, tasks in self.passes.items()}}
+
+    def write(self, root: Path) -> Path:
+        path = SweepFolder(Path(root)).timing_path
+        write_json_atomic(path, self.to_json())
+        return path
+
+
+def load_timing(root: Path) -> SweepTiming | None:
+    """A sweep's timing passes, or None when it has none (a sweep run with --repeats 1, or written before them)."""
+    path = SweepFolder(Path(root)).timing_path
+    if not path.is_file():
+        return None
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(raw, dict) or raw.get("format") != TIMING_FORMAT:
+        raise ValueError(f"{path} is not a {TIMING_FORMAT} file (delete it and rerun the sweep to re-time)")
+    passes = {point: {task: [(int(n), float(s)) for n, s in v] for task, v in tasks.items()}
+              for point, tasks in raw["passes"].items()}
+    return SweepTiming(int(raw["repeats"]), int(raw["prompts"]), tuple(tuple(o) for o in raw["order"]), passes)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.sweep.plan import Point, load_plan
+from harness.sweep.plan import Point, SweepPlan, SweepTiming, load_plan, load_timing
+from harness.sweep.retime import interleaved_rounds, timing_is_current, timing_prompts
 from models.options import option
 from models.registry import load_adapter, spec_for
 from reports.frontier.frame import frontier_frame
@@ -39,6 +40,8 @@ def sweep_args(out: Path, *extra: str, model: str = "tiny-qwen3") -> list[str]:
     (["--grid", "tiny-qwen3.top_k=abc"], "--grid: tiny-qwen3: option top_k=abc is not an int"),
     (["--grid", "tiny-qwen3.top_p=0.5", "--reference", "tiny-qwen3.top_k=1.5"], "option top_k=1.5 is not an int"),
     (["--grid", "gen_length=8,eight"], "option gen_length=eight is not an int"),
+    (["--grid", "tiny-qwen3.top_p=0.5", "--repeats", "0"], "--repeats must be at least 1, got 0"),
+    (["--grid", "tiny-qwen3.top_p=0.5", "--timing-prompts", "0"], "--timing-prompts must be at least 1"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(tmp_path, capsys, extra, needle):
     out = tmp_path / "sweep"
@@ -56,6 +59,37 @@ def test_help_and_list_explain_the_grid(capsys):
     assert main(["sweep", "--list"]) == 0
     text = capsys.readouterr().out
     assert "sweep axes" in text and "slot_threshold" in text and "tiny-refusion" in text
+
+
+def test_timing_passes_are_interleaved():
+    """Every pass visits every point once, alternating direction, so each point is timed early and late alike:
+    over an even number of passes every point's mean position is the same."""
+    rounds = interleaved_rounds(["a", "b", "c"], 4)
+    assert rounds == (("a", "b", "c"), ("c", "b", "a"), ("a", "b", "c"), ("c", "b", "a"))
+    positions = {name: sum(r.index(name) for r in rounds) for name in "abc"}
+    assert len(set(positions.values())) == 1
+
+
+def test_timing_prompts_fill_the_largest_batch():
+    assert timing_prompts(4, [1, 2]) == 4
+    assert timing_prompts(4, [1, 16]) == 16  # at least one full batch of the largest size
+    assert timing_prompts(4, [1, 3]) == 6  # a multiple of the largest, so its batches are full
+
+
+def test_timing_file_round_trip_and_reuse(tmp_path):
+    points = (Point("tiny-qwen3", (), 1), Point("tiny-qwen3", (), 2))
+    plan = SweepPlan(tmp_path, ("tiny-qwen3",), ("gsm8k",), points, {"tiny-qwen3": points[0].name}, 0.05)
+    names = [p.name for p in points]
+    passes = {n: {"gsm8k": [(80, 2.0), (80, 4.0)]} for n in names}
+    SweepTiming(2, 4, interleaved_rounds(names, 2), passes).write(tmp_path)
+    timing = load_timing(tmp_path)
+    assert timing is not None and timing.tokens_per_second(names[0], "gsm8k") == (40.0, 20.0)
+    assert timing.tokens_per_second(names[0], "mbpp") is None
+    assert timing_is_current(tmp_path, plan, 2, 4)
+    assert not timing_is_current(tmp_path, plan, 6, 4)  # asked for more passes: re-time
+    assert not timing_is_current(tmp_path, plan, 2, 8)
+    bigger = SweepPlan(tmp_path, plan.models, plan.tasks, points + (Point("tiny-qwen3", (), 4),), plan.references, 0.05)
+    assert not timing_is_current(tmp_path, bigger, 2, 4)  # a new point: every point is re-timed together
 
 
 def test_point_names_spell_settings():
@@ -89,8 +123,10 @@ def test_real_sweep_shares_generations_and_resumes(tmp_path, capsys):
     """seed=null takes the run's seed (1234), so the two seed points resolve to one configuration: per batch size
     the store holds each item once, and the second point generated nothing."""
     out = tmp_path / "sweep"
-    args = sweep_args(out, "--grid", "tiny-qwen3.seed=null,1234", "--grid", "batch_size=1,2")
+    args = sweep_args(out, "--grid", "tiny-qwen3.seed=null,1234", "--grid", "batch_size=1,2", "--repeats", "6",
+                      "--timing-prompts", "2")
     assert main(args) == 0
+    assert "timing 4 points in 6 interleaved passes (2 prompts per task each)" in capsys.readouterr().out
     plan = load_plan(out)
     names = {p.name for p in plan.points}
     assert names == {f"tiny-qwen3__seed={s}__batch_size={b}" for s in ("null", "1234") for b in (1, 2)}
@@ -108,8 +144,15 @@ def test_real_sweep_shares_generations_and_resumes(tmp_path, capsys):
                              "gsm8k.jsonl", lines=True) for s in ("null", "1234"))
         assert list(a["key"]) == list(b["key"]) and list(a["text"]) == list(b["text"])
 
+    timing = load_timing(out)
+    assert timing is not None and timing.order == interleaved_rounds([p.name for p in plan.points], 6)
+    for point in plan.points:
+        passes = timing.passes[point.name]["gsm8k"]
+        assert len(passes) == 6 and all(tokens > 0 and seconds > 0 for tokens, seconds in passes)
     frame = frontier_frame(out)
     assert len(frame) == 4 and frame["matched"].all() and not frame["significantly_worse"].any()
+    assert (frame["timing_passes"] == 6).all() and frame["speedup_low"].notna().all()
+    assert frame["speedup_verdict"].notna().sum() == 3  # every point but the reference
     same = frame[frame["point"] == "tiny-qwen3__seed=1234__batch_size=1"].iloc[0]
     assert same["p_value"] == 1.0 and same["right_to_wrong"] == 0 and same["wrong_to_right"] == 0
     assert (out / "frontier.html").is_file() and len(pd.read_csv(out / "frontier.csv")) == 4
@@ -123,7 +166,12 @@ def test_real_sweep_shares_generations_and_resumes(tmp_path, capsys):
         (out / f"tiny-qwen3__seed={s}__batch_size=2" / "results.json").unlink()
     capsys.readouterr()
     assert main(args) == 0
-    assert "4 points, 1 already finished" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "4 points, 1 already finished" in printed and "timing 4 points" in printed  # points ran: re-timed
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "4 points, 4 already finished" in printed and "timing 4 points" not in printed  # nothing ran: kept
     again = store_records(out)
     assert [r["key"] for r in again[1]] == [r["key"] for r in stored[1]]  # nothing regenerated at batch 1
     assert sorted(r["key"] for r in again[2]) == sorted(r["key"] for r in stored[2])  # only the lost two
