@@ -256,7 +256,8 @@ def sweep_main(argv: Sequence[str]) -> int:
         raise UsageError(f"--alpha must be between 0 and 1, got {args.alpha}")
     base = settings_from_args(args)
     root = args.output or default_output(("sweep", *base.models), base.tasks)
-    spec = SweepSpec(parse_grids(args.grid, base.models), parse_reference(args.reference, base.models), args.alpha)
+    spec = SweepSpec(parse_grids(args.grid, base.models), parse_reference(args.reference, base.models), args.alpha,
+                     args.repeats, args.timing_prompts)
     ctx = context_from_env()
     distributed.start(ctx, resolve_device(base.device, ctx.local_rank))
     try:
