@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from harness.stats.attribution import attribution_table
-from harness.run.compare import implementation_label, label_results
-from reports.report_data import ReportData
+from harness.run.compare import implementation_label
+from reports.report_data import ReportData, labelled_entries
 
 
 def _ms(value: float | None) -> float | None:
@@ -15,7 +15,7 @@ def _ms(value: float | None) -> float | None:
 
 def attribution_frame(data: ReportData) -> pd.DataFrame:
     """One row per (model, task, baseline); the three factors multiply to the speed ratio where all are known."""
-    results = [{**entry.result, "model": entry.label} for entry in label_results(data.runs)]
+    results = [{**entry.result, "model": entry.label} for entry in labelled_entries(data.runs)]
     network = {(r["model"], r["task"]): implementation_label(r["manifest"]) for r in results}
     rows = []
     for a in attribution_table(results):
