@@ -25,7 +25,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.op_count import OpCounter, StepCounts
-from models.adapters.block_diffusion import BlockCalls
+from models.adapters.native import NetworkCalls
 from models.decoders.ar import ARConfig, ar_generate
 from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
@@ -160,7 +160,7 @@ def count(case: Case, network: torch.nn.Module, batch: int, canvas: int) -> tupl
     """One decode, counted. The block decoder's ``block_forward`` is a method, so it goes through a module call (as
     the adapters route it) for its calls to be seen as forwards."""
     if case.blocks:
-        network = BlockCalls(network)
+        network = NetworkCalls(network)
     prompts = prompts_for(batch)
     with torch.inference_mode(), OpCounter(network) as counts:
         tokens = case.decode(network, prompts, canvas)

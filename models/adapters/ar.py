@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from models.adapters.causal import (CausalLMAdapter, checkpoint_generation_config, checkpoint_model_type,
                                     generation_eos_ids)
-from models.adapters.native import NativeRuntime, load_native_network, load_tokenizer
+from models.adapters.native import NativeRuntime, NetworkCalls, load_native_network, load_tokenizer
 from models.base import ModelConfig, TemplateOptions
 from models.decoders.ar import AR
 from models.decoders.contract import ConfigError
@@ -35,7 +35,7 @@ class ARAdapter(CausalLMAdapter):
     decoder = AR
     template = TemplateOptions(enable_thinking=False)  # Qwen3's baseline runs without a think block
     runtime = ARRuntime()
-    loaded_fields = ("_loaded", "tokenizer", "native_network", "compiled_network", "transformers_network")
+    loaded_fields = ("_loaded", "tokenizer", "native_network", "calls", "compiled_calls", "transformers_network")
 
     def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
         config = super().make_config(overrides, canvas)
@@ -58,8 +58,12 @@ class ARAdapter(CausalLMAdapter):
         return load_native_network(self.source, self.native_kind, self.dtype, self.device)
 
     @cached_property
-    def compiled_network(self) -> CompiledNetwork:
-        return CompiledNetwork(self.native_network)
+    def calls(self) -> NetworkCalls:
+        return NetworkCalls(self.native_network)
+
+    @cached_property
+    def compiled_calls(self) -> NetworkCalls:
+        return NetworkCalls(CompiledNetwork(self.native_network))
 
     @cached_property
     def transformers_network(self) -> TransformersCausalLM:
@@ -82,7 +86,7 @@ class ARAdapter(CausalLMAdapter):
             if runtime.compile:
                 raise ConfigError(f"{self.name}: compile=true needs a native network; this checkpoint has none")
             return self.transformers_network
-        return self.compiled_network if runtime.compile else self.native_network
+        return self.compiled_calls if runtime.compile else self.calls
 
     @cached_property
     def _eos_ids(self) -> list[int]:

@@ -8,31 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
-from models.adapters.native import NativeNetworkAdapter, NativeRuntime
+from models.adapters.native import NativeNetworkAdapter, NativeRuntime, NetworkCalls
 from models.decoders.block_diffusion import BLOCK_DIFFUSION
 from models.decoders.contract import ConfigError
 from models.networks.loading import CheckpointError, read_config
 from models.sources import ModelSource
-
-
-class BlockCalls(nn.Module):
-    """The network as the block decoder sees it, each ``block_forward`` one module call: the forward timer hooks
-    module calls, and the networks' ``block_forward`` is a method beside their ``forward``."""
-
-    def __init__(self, network: nn.Module):
-        super().__init__()
-        self.network = network
-
-    def new_cache(self, batch: int, capacity: int) -> Any:
-        return self.network.new_cache(batch, capacity)
-
-    def block_forward(self, *args: Any) -> torch.Tensor:
-        return self(*args)
-
-    def forward(self, *args: Any) -> torch.Tensor:
-        return self.network.block_forward(*args)
 
 
 class BlockDiffusionAdapter(NativeNetworkAdapter):
@@ -40,20 +21,20 @@ class BlockDiffusionAdapter(NativeNetworkAdapter):
     checkpoint without them fails with one line."""
 
     decoder = BLOCK_DIFFUSION
-    loaded_fields = NativeNetworkAdapter.loaded_fields + ("block_calls", "compiled_block_calls")
+    loaded_fields = NativeNetworkAdapter.loaded_fields + ("calls", "compiled_calls")
     mask_token: str
     eos_tokens: tuple[str, ...]
 
     @cached_property
-    def block_calls(self) -> BlockCalls:
-        return BlockCalls(self.network)
+    def calls(self) -> NetworkCalls:
+        return NetworkCalls(self.network)
 
     @cached_property
-    def compiled_block_calls(self) -> BlockCalls:
-        return BlockCalls(self.compiled_network)
+    def compiled_calls(self) -> NetworkCalls:
+        return NetworkCalls(self.compiled_network)
 
-    def network_for(self, runtime: NativeRuntime) -> BlockCalls:
-        return self.compiled_block_calls if runtime.compile else self.block_calls
+    def network_for(self, runtime: NativeRuntime) -> NetworkCalls:
+        return self.compiled_calls if runtime.compile else self.calls
 
     def eos_ids(self) -> list[int]:
         return [self.token_id(token) for token in self.eos_tokens]

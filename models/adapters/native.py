@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 import torch
+from torch import nn
 
 from models.adapters.resident import ResidentWeights
 from models.base import ModelAdapter, RuntimeOptions
@@ -46,6 +47,28 @@ def load_native_network(source: ModelSource, kind: str, dtype: torch.dtype, devi
         return load_network(source.path, kind, dtype=dtype, device=device, revision=source.revision)
     except CheckpointError as error:
         raise ConfigError(str(error)) from None
+
+
+class NetworkCalls(nn.Module):
+    """The network as a cached decoder sees it (``new_cache``, ``block_forward``, ``causal_forward``), each forward
+    one module call: the forward timer hooks module calls, and those calls are methods beside the network's
+    ``forward``."""
+
+    def __init__(self, network: nn.Module):
+        super().__init__()
+        self.network = network
+
+    def new_cache(self, batch: int, capacity: int) -> Any:
+        return self.network.new_cache(batch, capacity)
+
+    def block_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self("block_forward", *args, **kwargs)
+
+    def causal_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self("causal_forward", *args, **kwargs)
+
+    def forward(self, method: str, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return getattr(self.network, method)(*args, **kwargs)
 
 
 class NativeNetworkAdapter(ResidentWeights, ModelAdapter):

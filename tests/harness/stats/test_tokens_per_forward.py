@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from harness.run.compare import Labelled, comparability_warnings, implementation_label
+from harness.timing.forward_timer import ForwardTimer
 from harness.stats.aggregate import row_forwards, speed_figures, tokens_per_forward
 from models.base import GenerationRequest, Message
 from models.registry import load_adapter, spec_for
@@ -40,7 +41,9 @@ def test_ar_shows_one_token_per_forward_at_batch_eight(qwen3, network):
                 for i in range(8)]
     config = qwen3.make_config({"network": network})
     batch = qwen3.prepare(requests, config)
-    generations = qwen3.finish(batch, qwen3.decode(batch))
+    with ForwardTimer(qwen3.forward_modules(qwen3.network_for(config.runtime)), torch.device("cpu")) as timer:
+        generations = qwen3.finish(batch, qwen3.decode(batch))
+    assert timer.calls == max(g.forwards for g in generations)  # the timer sees every forward, on either network
     records = [{**record(g.gen_tokens, g.nfe, 8, g.forwards)} for g in generations]
     figures = speed_figures(records, 8, None)
     assert figures["tokens_per_forward"] == 1.0

@@ -1,7 +1,7 @@
 """``compile``, the runtime option of every native-network adapter: the tiny model of each family decodes a batch of
 two to the tokens and forwards of eager with ``compile=true`` (graphs made by dynamo and run op by op, so a graph
 break fails the decode); the option is typed, in the sample key, and unknown to adapters that run no native
-network."""
+network (the autoregressive one refuses it on transformers' network)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from adapter_cases import CASES, REQUESTS
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import models.networks.compiled as compiled
-from models.adapters.block_diffusion import BlockCalls
+from models.adapters.native import NetworkCalls
 from models.decoders.contract import ConfigError
 from models.networks.compiled import CompiledNetwork
 from models.options import record
@@ -19,7 +19,7 @@ from models.registry import load_adapter, spec_for
 
 CPU = torch.device("cpu")
 FAMILIES = ["tiny-llada", "tiny-llada-fastdllm", "tiny-dream", "tiny-dream-fastdllm", "tiny-sdar", "tiny-fastdllm-v2",
-            "tiny-llada2", "tiny-refusion"]
+            "tiny-llada2", "tiny-refusion", "tiny-qwen3"]
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_compiled_decode_gives_the_eager_tokens(name, graphs):
     config = adapter.make_config({**options, "compile": "true"})
     network = adapter.network_for(config.runtime)
     assert network is adapter.network_for(config.runtime)  # what the forward timer hooks is what decodes
-    assert isinstance(network.network if isinstance(network, BlockCalls) else network, CompiledNetwork)
+    assert isinstance(network.network if isinstance(network, NetworkCalls) else network, CompiledNetwork)
     compiled_rows = adapter.generate(REQUESTS[:2], config)
     assert [g.token_ids for g in compiled_rows] == [g.token_ids for g in eager]
     assert [g.nfe for g in compiled_rows] == [g.nfe for g in eager]
@@ -56,9 +56,16 @@ def test_compile_is_a_typed_option_in_the_sample_key():
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-diffusiongemma"])
+@pytest.mark.parametrize("name", ["tiny-diffusiongemma"])
 def test_adapters_without_a_native_network_have_no_compile_option(name):
     adapter = load_adapter(spec_for(name), CPU, torch.float32)
     with pytest.raises(ConfigError, match="unknown option compile") as error:
         adapter.make_config({"compile": "true"})
+    assert "\n" not in str(error.value)
+
+
+def test_ar_compile_needs_the_native_network():
+    adapter = load_adapter(spec_for("tiny-qwen3"), CPU, torch.float32)
+    with pytest.raises(ConfigError, match="compile=true needs the native network") as error:
+        adapter.make_config({"compile": "true", "network": "transformers"})
     assert "\n" not in str(error.value)
