@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
-from tasks.records import DataError, DatasetSpec, LoadedData, records_sha256
+from tasks.records import DataError, DatasetSpec, LoadedData, go_offline, hub_offline_reason, records_sha256
 
 PREFIX = "lmeval:"
 INCLUDE_ENV = "DLLM_LMEVAL_INCLUDE"
@@ -56,6 +56,9 @@ def load_lm_eval_task(name: str, include: Sequence[str]) -> Any:
     manager = TaskManager(include_path=list(include), include_defaults=False) if include else None
     if manager is None or name not in manager.all_tasks:
         manager = TaskManager(include_path=list(include) or None)
+    offline = hub_offline_reason()
+    if offline:
+        go_offline()  # lm-eval's datasets then read their cache at once instead of retrying the hub
     try:
         loaded = manager.load([name])
     except KeyError:
@@ -63,6 +66,9 @@ def load_lm_eval_task(name: str, include: Sequence[str]) -> Any:
         raise DataError(f"unknown lm-eval task {name!r}{hint}") from None
     except Exception as error:  # lm-eval raises many types for bad YAML, missing data and offline hubs
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        if offline:
+            first = (f"offline ({offline}) and its data is not in the local cache ({first}); run it once online, "
+                     f"or point a local task YAML at local files via {INCLUDE_ENV}")
         raise DataError(f"cannot build lm-eval task {name!r}: {first}") from None
     tasks = loaded["tasks"]
     if len(tasks) != 1:
