@@ -24,7 +24,6 @@ import torch
 
 from models.decoders.fastdllm.core import Padding, full_forward, window_forward
 from fastdllm_modes import BENCH_MODES, benchmark_decoders
-from models.networks.common import KVCache
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network, resolve_dtype
@@ -76,9 +75,9 @@ def step_costs(network: torch.nn.Module, args: argparse.Namespace, device: torch
     costs: dict[str, list[float]] = {"none": [], "prefix": [], "dual": []}
     for start in range(args.prompt, args.prompt + args.canvas, args.block):
         end = start + args.block
-        prefix, dual = KVCache(), KVCache()
+        prefix, dual = network.new_cache(1, x.shape[1]), network.new_cache(1, x.shape[1])
         full_forward(network, x, padding, prefix)
-        prefix.truncate(start)
+        prefix.truncate_all(start)
         full_forward(network, x, padding, dual)
         steps = {
             "none": lambda: full_forward(network, x, padding, None),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator
 
 import torch
@@ -82,10 +82,6 @@ def swiglu(x: Tensor, gate: nn.Linear, up: nn.Linear, down: nn.Linear) -> Tensor
     return down(F.silu(gate(x)) * up(x))
 
 
-# ---- KV cache ---------------------------------------------------------------------------------------------------
-
-
-
 class GatedMLP(nn.Module):
     """The Qwen-family MLP (``gate_proj``, ``up_proj``, ``down_proj``, no biases): down(SiLU(gate(x)) * up(x))."""
 
@@ -97,63 +93,6 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return swiglu(x, self.gate_proj, self.up_proj, self.down_proj)
-
-@dataclass
-class KVCache:
-    """Per-layer keys and values, each [B, n_kv_heads, T, head_dim].
-
-    Keys are stored **after** RoPE, rotated at the absolute positions they had when computed. Fast-dLLM stores them
-    before RoPE and re-rotates each call at the same positions, which gives the same tensors, so storing them rotated
-    only saves work. The cache is mutated in place by a forward with ``store_cache=True`` (append) or
-    ``replace_range=(s, e)`` (overwrite the slice [s:e]); ``truncate`` and ``clone`` are the only other operations.
-    """
-
-    keys: list[Tensor] = field(default_factory=list)
-    values: list[Tensor] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        """Number of cached positions (0 when empty)."""
-        return int(self.keys[0].shape[2]) if self.keys else 0
-
-    @property
-    def n_layers(self) -> int:
-        return len(self.keys)
-
-    def truncate(self, n: int) -> None:
-        """Keep the first ``n`` positions of every layer (prefix cache: drop the block and everything after it)."""
-        if not 0 <= n <= self.length:
-            raise ValueError(f"cannot truncate a KV cache of length {self.length} to {n}")
-        self.keys = [k[:, :, :n] for k in self.keys]
-        self.values = [v[:, :, :n] for v in self.values]
-
-    def clone(self) -> "KVCache":
-        return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
-
-
-def merge_kv(cache: KVCache | KVBuffer | None, layer: int, k: Tensor, v: Tensor,
-             plan: "AttentionPlan") -> tuple[Tensor, Tensor]:
-    """The keys/values a layer attends to, updating ``cache`` as ``plan`` says (append, replace or read only; a
-    ``KVBuffer`` is written where ``plan.reservation`` says, see ``BlockForward``)."""
-    if cache is None:
-        return k, v
-    if isinstance(cache, KVBuffer):
-        return cache.store(layer, plan.reservation, k, v)
-    if plan.replace_range is not None:
-        s, e = plan.replace_range
-        cache.keys[layer][:, :, s:e] = k
-        cache.values[layer][:, :, s:e] = v
-        return cache.keys[layer], cache.values[layer]
-    if layer < cache.n_layers:
-        k = torch.cat((cache.keys[layer], k), dim=2)
-        v = torch.cat((cache.values[layer], v), dim=2)
-    if plan.store_cache:
-        if layer < cache.n_layers:
-            cache.keys[layer], cache.values[layer] = k, v
-        else:
-            cache.keys.append(k)
-            cache.values.append(v)
-    return k, v
 
 
 # ---- attention --------------------------------------------------------------------------------------------------
@@ -199,14 +138,13 @@ class AttentionPlan:
     positions: [B, Lq] absolute RoPE positions of the queries (and of the new keys).
     key_mask: [B, K] bool, True = real key, or None when every key is real.
     key_len: K, the number of keys each query attends to.
-    reservation: where a ``KVBuffer`` cache takes the new keys (``BlockForward``); None with a ``KVCache``.
+    reservation: where the ``KVBuffer`` cache takes the new keys (``reserve``, ``claim``, ``overwrite``); None
+    without a cache.
     """
 
     positions: Tensor
     key_mask: Tensor | None
     key_len: int
-    store_cache: bool
-    replace_range: tuple[int, int] | None
     reservation: Reservation | None = None
 
 
@@ -223,13 +161,39 @@ def padding_mask(attention_mask: Tensor) -> Tensor | None:
     return mask
 
 
+def key_columns(input_ids: Tensor, cache: KVBuffer | None, reservation: Reservation | None,
+                n_layers: int) -> tuple[int, Tensor]:
+    """K, the keys a forward attends to, and the [B|1, L] key columns of its L queries: 0 .. L-1 without a cache,
+    else the columns ``reservation`` writes their K/V to (checked against the cache and the input)."""
+    b, length = input_ids.shape
+    if cache is None:
+        if reservation is not None:
+            raise ValueError("a reservation needs the KV cache it was taken from")
+        return length, torch.arange(length, device=input_ids.device)[None]
+    if reservation is None:
+        raise ValueError("a KV cache needs the reservation of this call's columns (KVBuffer.reserve, claim, "
+                         "overwrite)")
+    if cache.n_layers != n_layers or cache.batch != b:
+        raise ValueError(f"KV cache of {cache.n_layers} layers and {cache.batch} rows, the network has {n_layers} "
+                         f"layers and the input {b} rows")
+    if reservation.uniform is None:
+        if tuple(reservation.index.shape) != (b, length):
+            raise ValueError(f"the reservation's columns {list(reservation.index.shape)} are not the input's "
+                             f"[{b}, {length}]")
+        return reservation.key_len, reservation.index
+    if reservation.uniform + length > reservation.key_len:
+        raise ValueError(f"the reservation of columns {reservation.uniform}.. of {reservation.key_len} cannot hold the "
+                         f"{length} input positions")
+    first = reservation.uniform
+    return reservation.key_len, torch.arange(first, first + length, device=input_ids.device)[None]
+
+
 def plan_forward(
     input_ids: Tensor,
     attention_mask: Tensor | None,
     position_ids: Tensor | None,
-    cache: KVCache | None,
-    store_cache: bool,
-    replace_range: tuple[int, int] | None,
+    cache: KVBuffer | None,
+    reservation: Reservation | None,
     n_layers: int,
     padding_aware_positions: bool,
     attention_bias: Tensor | None = None,
@@ -237,8 +201,8 @@ def plan_forward(
     """Validate the forward inputs and work out key length, query positions and the padding mask.
 
     ``attention_mask`` ([B, K], 1 = real, 0 = pad) covers every key the call attends to: the L new tokens without a
-    cache, cached + new positions in prefix mode, the cached positions in replace mode. Query i sits at key column
-    c_i (L - K ... K - 1, or s ... e - 1 when replacing). Default positions are c_i, or, when
+    cache, else the ``reservation.key_len`` first columns of the cache (live + new entries). Query i sits at key
+    column c_i (``key_columns``: i, or where the reservation writes it). Default positions are c_i, or, when
     ``padding_aware_positions``, cumsum(mask) - 1 at c_i with pads set to 1 (Dream's tok_idx, docs/decoders.md §3).
     """
     if input_ids.dim() != 2:
@@ -246,26 +210,8 @@ def plan_forward(
     b, length = input_ids.shape
     if length == 0:
         raise ValueError("input_ids has no positions")
-    cached = 0
-    if cache is not None:
-        cached = cache.length
-        if cache.n_layers not in (0, n_layers):
-            raise ValueError(f"KV cache has {cache.n_layers} layers, the network has {n_layers}")
-        if cache.n_layers and cache.keys[0].shape[0] != b:
-            raise ValueError(f"KV cache batch {cache.keys[0].shape[0]} does not match input batch {b}")
-    elif store_cache or replace_range is not None:
-        raise ValueError("store_cache and replace_range need a cache")
-    if replace_range is not None:
-        if store_cache:
-            raise ValueError("replace_range already writes the cache; do not also set store_cache")
-        s, e = replace_range
-        if not (0 <= s < e <= cached and e - s == length):
-            raise ValueError(
-                f"replace_range {replace_range} must lie inside the cache of length {cached} and span the {length} input positions"
-            )
-        key_len, columns = cached, torch.arange(s, e, device=input_ids.device)
-    else:
-        key_len, columns = cached + length, torch.arange(cached, cached + length, device=input_ids.device)
+    key_len, columns = key_columns(input_ids, cache, reservation, n_layers)
+    columns = columns.expand(b, length)
 
     if attention_bias is not None and (attention_bias.dim() != 4 or tuple(attention_bias.shape[-2:]) != (length, key_len)):
         raise ValueError(f"attention_bias must be [B|1, H|1, {length}, {key_len}], got shape {list(attention_bias.shape)}")
@@ -285,10 +231,10 @@ def plan_forward(
     elif padding_aware_positions and key_mask is not None:
         tok_idx = key_mask.long().cumsum(dim=1) - 1
         tok_idx = tok_idx.masked_fill(~key_mask, 1)
-        positions = tok_idx[:, columns]
+        positions = tok_idx.gather(1, columns)
     else:
-        positions = columns.unsqueeze(0).expand(b, length)
-    return AttentionPlan(positions, key_mask, key_len, store_cache, replace_range)
+        positions = columns
+    return AttentionPlan(positions, key_mask, key_len, reservation)
 
 
 def sdpa_mask(
@@ -342,26 +288,28 @@ class BidirectionalNetwork(nn.Module):
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
-        cache: KVCache | None = None,
-        store_cache: bool = False,
-        replace_range: tuple[int, int] | None = None,
+        cache: KVBuffer | None = None,
+        reservation: Reservation | None = None,
         attention_bias: Tensor | None = None,
     ) -> Tensor:
         """Logits [B, L, vocab] for ``input_ids`` [B, L], unshifted (position i's output is at i).
 
         attention_mask: [B, K] 1 = real, 0 = pad over every key attended (see ``plan_forward``); pad keys are masked
         for every query, pad query rows still see the real keys (whose output nobody reads). position_ids: absolute
-        RoPE positions of the L inputs; the default is the family's (see the subclass). cache / store_cache /
-        replace_range: see ``KVCache``. attention_bias: optional [B|1, H|1, L, K] bool (1 = may attend) or additive
+        RoPE positions of the L inputs; the default is the family's (see the subclass). cache: a ``KVBuffer``
+        (``new_cache``), keys stored after RoPE; reservation: the columns of it this call's K/V take, which the caller
+        claims: ``reserve(L)`` keeps them (append), ``claim(L, keep=0)`` attends to them and drops them after (a read
+        against a prefix), ``overwrite(s, L)`` writes them over columns s .. s+L-1 (Fast-dLLM's dual cache); the
+        queries sit at those columns. attention_bias: optional [B|1, H|1, L, K] bool (1 = may attend) or additive
         float bias, combined with the padding mask.
         """
         embed, layers, _, _ = self.parts()
-        plan = plan_forward(input_ids, attention_mask, position_ids, cache, store_cache, replace_range, len(layers),
+        plan = plan_forward(input_ids, attention_mask, position_ids, cache, reservation, len(layers),
                             padding_aware_positions=self.padding_aware_positions, attention_bias=attention_bias)
         mask = sdpa_mask(plan.key_mask, attention_bias, embed.weight.dtype, as_bool=self.bool_mask)
         return self.run(input_ids, plan, mask, cache, explicit_positions=position_ids is not None)
 
-    def run(self, input_ids: Tensor, plan: AttentionPlan, mask: Tensor | None, cache: KVCache | KVBuffer | None,
+    def run(self, input_ids: Tensor, plan: AttentionPlan, mask: Tensor | None, cache: KVBuffer | None,
             explicit_positions: bool) -> Tensor:
         """Embed, the layers with RoPE at ``plan.positions`` and the SDPA ``mask``, final norm and LM head."""
         embed, layers, norm, head = self.parts()

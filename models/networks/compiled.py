@@ -5,10 +5,11 @@ A call that keeps a ``KVBuffer`` (Qwen3's ``forward``, every ``block_forward``) 
 that checks the inputs and claims the cache's columns on Python ints, and a device half, ``{call}_step``, of tensor
 work only. The host half runs eagerly, with the static reservation (by index, over every column:
 ``KVBuffer.reserve``), and the device half is compiled, so its code and shapes do not follow the row lengths: the
-steps of a decode share one graph. Any other call (LLaDA's and Dream's forward, with or without a ``KVCache``) is
-compiled whole. Where an eager forward reads a value back, ``torch.compiler.is_compiling()`` picks a form that does
-not: the padding mask kept even when every key is real, LLaDA's RoPE at explicit positions computed instead of
-gathered from a table sized on the host, the LLaDA2 experts computed densely.
+steps of a decode share one graph. Any other call (LLaDA's and Dream's forward, with or without a ``KVBuffer`` and
+the reservation its caller took, as Fast-dLLM's cache modes make it) is compiled whole. Where an eager forward reads
+a value back, ``torch.compiler.is_compiling()`` picks a form that does not: the padding mask kept even when every
+key is real, LLaDA's RoPE at explicit positions computed instead of gathered from a table sized on the host, the
+LLaDA2 experts computed densely.
 """
 
 from __future__ import annotations

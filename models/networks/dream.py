@@ -23,13 +23,11 @@ from models.networks.common import (
     BidirectionalNetwork,
     BlockForward,
     GatedMLP,
-    KVCache,
     QwenFamilyConfig,
     RMSNorm,
     apply_rope,
     attend,
     merge_heads,
-    merge_kv,
     inv_freq_on,
     rope_angles,
     split_heads,
@@ -126,13 +124,14 @@ class DreamAttention(nn.Module):
         self.v_proj = nn.Linear(d, self.n_kv * hd, bias=True)
         self.o_proj = nn.Linear(self.n_heads * hd, d, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | KVBuffer | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
                 layer: int, plan: Any) -> Tensor:
         q = split_heads(self.q_proj(x), self.n_heads)
         k = split_heads(self.k_proj(x), self.n_kv)
         v = split_heads(self.v_proj(x), self.n_kv)
         q, k = apply_rope(q, cos, sin, q.dtype), apply_rope(k, cos, sin, k.dtype)
-        k, v = merge_kv(cache, layer, k, v, plan)
+        if cache is not None:
+            k, v = cache.store(layer, plan.reservation, k, v)
         if mask is not None and q.device.type == "cuda":  # as the reference, for its SDPA kernel choice
             q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         return self.o_proj(merge_heads(attend(q, k, v, mask)))
@@ -146,7 +145,7 @@ class DreamLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | KVBuffer | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
                 layer: int, plan: Any) -> Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, layer, plan)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -181,8 +180,7 @@ class DreamNetwork(BlockForward, BidirectionalNetwork):
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
                       plan: Reservation) -> Tensor:
         """``BlockForward``'s layers: Dream's own forward with the bool mask and the buffer's reservation."""
-        attention = AttentionPlan(positions.expand(input_ids.shape), None, plan.key_len, store_cache=False,
-                                  replace_range=None, reservation=plan)
+        attention = AttentionPlan(positions.expand(input_ids.shape), None, plan.key_len, reservation=plan)
         return self.run(input_ids, attention, mask, cache, explicit_positions=True)
 
     def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -17,7 +17,6 @@ from torch import Tensor, nn
 from models.networks.common import (
     AttentionPlan,
     BidirectionalNetwork,
-    KVCache,
     RMSNorm,
     apply_rope,
     attend,
@@ -25,12 +24,12 @@ from models.networks.common import (
     config_to_dict,
     inv_freq_on,
     merge_heads,
-    merge_kv,
     rope_angles,
     rope_inv_freq,
     split_heads,
     swiglu,
 )
+from models.networks.kv_buffer import KVBuffer
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,7 @@ class LLaDABlock(nn.Module):
         self.up_proj = nn.Linear(d, cfg.hidden, bias=False)
         self.ff_out = nn.Linear(cfg.hidden, d, bias=False)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVCache | None,
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache: KVBuffer | None,
                 layer: int, plan: Any) -> Tensor:
         a = self.attn_norm(x)
         q = split_heads(self.q_proj(a), self.n_heads)
@@ -167,7 +166,8 @@ class LLaDABlock(nn.Module):
         v = split_heads(self.v_proj(a), self.n_kv)
         rope_dtype = self.rope_dtype or q.dtype
         q, k = apply_rope(q, cos, sin, rope_dtype), apply_rope(k, cos, sin, rope_dtype)
-        k, v = merge_kv(cache, layer, k, v, plan)
+        if cache is not None:
+            k, v = cache.store(layer, plan.reservation, k, v)
         x = x + self.attn_out(merge_heads(attend(q, k, v, mask)))
         return x + swiglu(self.ff_norm(x), self.ff_proj, self.up_proj, self.ff_out)
 
@@ -194,6 +194,13 @@ class LLaDANetwork(BidirectionalNetwork):
         )
         self._rope_tables: dict[torch.device, tuple[Tensor, Tensor]] = {}
         self._inv_freq: dict[torch.device, Tensor] = {}
+
+    def new_cache(self, batch: int, capacity: int) -> KVBuffer:
+        """An empty preallocated cache for ``batch`` rows of up to ``capacity`` entries, in the network's dtype.
+        Keys are stored after RoPE: Fast-dLLM stores them before and rotates them again at the same positions each
+        call, which gives the same tensors."""
+        w, c = self.model.transformer.wte.weight, self.config
+        return KVBuffer(c.n_layers, batch, capacity, c.kv_heads, c.head_dim, w.dtype, w.device)
 
     def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, nn.Module]:
         t = self.model.transformer

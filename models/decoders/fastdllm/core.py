@@ -8,10 +8,12 @@ Cache modes (docs/decoders.md §4), per block [start, end) of the canvas x:
 - ``dual``: the block's first step keeps the K/V of the whole canvas; later steps feed only x[:, start:end] and
   overwrite that slice of the cache in place, so the suffix K/V stay as they were at the block start.
 
-Queries sit at their absolute canvas positions in every mode (the native networks take the cache length, or the
-replaced range, as the first query column). The network is any callable with the native signature
-``network(ids, attention_mask=, position_ids=, cache=, store_cache=, replace_range=)`` returning logits; in mode
-``none`` only ``attention_mask``/``position_ids`` are passed, so plain callables work there too.
+The cache is one ``KVBuffer`` of the canvas's width per decode (``network.new_cache(batch, canvas)``), refilled
+by each block's full forward. Queries sit at their absolute canvas positions in every mode: a native network puts
+them at the columns the call's reservation writes (``reserve`` for the full forward, ``claim(n, keep=0)`` for a
+prefix step, ``overwrite`` for a dual step). The network is any callable with the native signature
+``network(ids, attention_mask=, position_ids=, cache=, reservation=)`` returning logits, with ``new_cache`` in the
+cached modes; in mode ``none`` only ``attention_mask``/``position_ids`` are passed, so plain callables work there.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from models.decoders.sampling import as_logits
-from models.networks.common import KVCache
+from models.networks.kv_buffer import KVBuffer
 
 Network = Callable[..., Any]
 Cache = Literal["none", "prefix", "dual"]
@@ -61,32 +63,37 @@ def extend_mask(attention_mask: torch.Tensor | None, gen_length: int) -> torch.T
 # ---- network calls ------------------------------------------------------------------------------------------------
 
 
-def full_forward(network: Network, x: torch.Tensor, padding: Padding, cache: KVCache | None) -> torch.Tensor:
-    """Logits of the whole canvas; with ``cache`` (empty) it also stores every position's K/V in it."""
+def full_forward(network: Network, x: torch.Tensor, padding: Padding, cache: KVBuffer | None) -> torch.Tensor:
+    """Logits of the whole canvas; with ``cache`` it also refills it: every position's K/V from column 0 on."""
     kwargs: dict[str, Any] = padding.kwargs()
     if cache is not None:
-        kwargs.update(cache=cache, store_cache=True)
+        cache.truncate_all(0)
+        kwargs.update(cache=cache, reservation=cache.reserve(x.shape[1]))
     return as_logits(network(x, **kwargs))
 
 
 def window_forward(
-    network: Network, x: torch.Tensor, start: int, end: int, mode: str, padding: Padding, cache: KVCache | None
+    network: Network, x: torch.Tensor, start: int, end: int, mode: str, padding: Padding, cache: KVBuffer | None
 ) -> tuple[torch.Tensor, int]:
     """One in-block step: logits of the positions fed and the canvas column of the first of them.
 
-    none: the whole canvas (column 0). prefix: x[:, start:] against the cached prefix x[:, :start]. dual: x[:, start:end]
-    written over the cache slice [start, end) before attending to the whole cache.
+    none: the whole canvas (column 0). prefix: x[:, start:] against the cached prefix x[:, :start], its own K/V
+    attended to and dropped after. dual: x[:, start:end] written over the cache slice [start, end) before attending
+    to the whole cache.
     """
     if mode == "none":
         return as_logits(network(x, **padding.kwargs())), 0
     if cache is None:
         raise ValueError(f"cache mode {mode!r} needs the cache of the block's first forward")
     if mode == "prefix":
-        if cache.length != start:
-            raise ValueError(f"prefix cache holds {cache.length} positions, the block starts at {start}")
-        return as_logits(network(x[:, start:], cache=cache, **padding.kwargs(start))), start
+        if set(cache.lengths) != {start}:
+            raise ValueError(f"prefix cache holds {cache.lengths} positions, the block starts at {start}")
+        with cache.claim(x.shape[1] - start, keep=0) as reservation:
+            logits = network(x[:, start:], cache=cache, reservation=reservation, **padding.kwargs(start))
+        return as_logits(logits), start
     if mode == "dual":
-        logits = network(x[:, start:end], cache=cache, replace_range=(start, end), **padding.kwargs(start, end))
+        reservation = cache.overwrite(start, end - start)
+        logits = network(x[:, start:end], cache=cache, reservation=reservation, **padding.kwargs(start, end))
         return as_logits(logits), start
     raise ValueError(f"unknown cache mode {mode!r}; valid: {', '.join(CACHE_MODES)}")
 

@@ -54,7 +54,6 @@ from models.decoders.fastdllm.core import (
     window_forward,
 )
 from models.decoders.sampling import Draws, check_inputs, dream_masks_and_count, dream_timesteps, mask_order, spread
-from models.networks.common import KVCache
 
 
 @dataclass(frozen=True)
@@ -228,16 +227,16 @@ def _cached_blocks(
     num_blocks = cfg.dream.max_new_tokens // cfg.block_length
     steps_per_block = cfg.dream.steps // num_blocks
     timesteps = dream_timesteps(steps_per_block, cfg.dream.eps, x.device)
+    cache = network.new_cache(x.shape[0], x.shape[1])
     nfe = 0
     for block_index in range(num_blocks):
         start = prompt_len + block_index * cfg.block_length
         end = start + cfg.block_length
-        cache = KVCache()
         logits = full_forward(network, x, padding, cache)
         nfe += 1
         x[:, start:start + 1] = draws.by_row(_forced_first, (shifted_rows(logits, start, start + 1),), cfg)
         if cfg.cache == "prefix":
-            cache.truncate(start)
+            cache.truncate_all(start)
         for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
             candidates = x[:, start:end] == cfg.dream.mask_id  # the step's one host read: masks left (and count)
             if cfg.threshold is None:

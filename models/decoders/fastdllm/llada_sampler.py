@@ -43,8 +43,6 @@ from models.decoders.fastdllm.core import (
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
 from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
-from models.networks.common import KVCache
-
 
 
 @dataclass(frozen=True)
@@ -128,19 +126,19 @@ def fastdllm_llada_generate(
     padding = Padding(mask=extend_mask(attention_mask, plain.gen_length))
     num_blocks = plain.gen_length // plain.block_length
     steps_per_block = plain.steps // num_blocks
+    cache = None if cfg.cache == "none" else network.new_cache(batch, x.shape[1])
     nfe = 0
     for block_index in range(num_blocks):
         start = prompt_len + block_index * plain.block_length
         end = start + plain.block_length
         schedule = llada_transfer_counts((x[:, start:end] == plain.mask_id).sum(dim=1), steps_per_block)
-        cache = None if cfg.cache == "none" else KVCache()
         for step in range(plain.block_length + steps_per_block):  # each step commits >= 1; the bound only stops
             if not bool((x[:, start:end] == plain.mask_id).any()):  # a network that keeps proposing the mask id
                 break
             if step == 0:
                 logits, offset = full_forward(network, x, padding, cache), 0
                 if cfg.cache == "prefix":
-                    cache.truncate(start)
+                    cache.truncate_all(start)
             else:
                 logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
             nfe += 1

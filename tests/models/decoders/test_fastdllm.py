@@ -17,7 +17,6 @@ from models.decoders.fastdllm.core import Padding, full_forward, window_forward
 from models.decoders.fastdllm.dream_sampler import FastDreamConfig, fastdllm_dream_generate, validate_fast_dream_config
 from models.decoders.fastdllm.llada_sampler import FastLLaDAConfig, fastdllm_llada_generate, validate_fast_llada_config
 from models.decoders.llada import LLaDAConfig, llada_generate
-from models.networks.common import KVCache
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
@@ -53,6 +52,9 @@ class NoMaskProposals(torch.nn.Module):
         logits[..., MASK] = -1e4
         return logits
 
+    def new_cache(self, batch: int, capacity: int):
+        return self.net.new_cache(batch, capacity)
+
 
 @pytest.fixture(scope="module")
 def nets() -> dict[tuple[str, float], torch.nn.Module]:
@@ -77,22 +79,23 @@ class Call:
 
 @dataclass
 class Recorder:
-    """Forwards to the network and records what each call was given and returned."""
+    """Forwards to the network and records what each call was given and returned. A call is a window of the cache
+    ``mode`` when its reservation starts past column 0, else the full forward."""
 
     network: torch.nn.Module
+    mode: str
     calls: list[Call] = field(default_factory=list)
 
-    def __call__(self, ids, attention_mask=None, position_ids=None, cache=None, store_cache=False, replace_range=None):
-        if replace_range is not None:
-            kind, offset = "dual", replace_range[0]
-        elif cache is not None and not store_cache:
-            kind, offset = "prefix", cache.length
-        else:
-            kind, offset = "full", 0
+    def __call__(self, ids, attention_mask=None, position_ids=None, cache=None, reservation=None):
+        offset = 0 if reservation is None else reservation.uniform
+        kind = self.mode if offset else "full"
         logits = self.network(ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                              store_cache=store_cache, replace_range=replace_range)
+                              reservation=reservation)
         self.calls.append(Call(ids.clone(), kind, offset, logits.clone(), position_ids))
         return logits
+
+    def new_cache(self, batch: int, capacity: int):
+        return self.network.new_cache(batch, capacity)
 
 
 def canvases(calls: list[Call], final: torch.Tensor) -> list[torch.Tensor]:
@@ -115,7 +118,7 @@ def commits_per_call(calls: list[Call], final: torch.Tensor) -> list[int]:
 
 
 def run_recorded(kind: str, net, **changes):
-    rec = Recorder(net)
+    rec = Recorder(net, changes.get("cache", "none"))
     out = generate(kind, rec, PROMPT, None, **changes)
     final = torch.cat([PROMPT, out.tokens], dim=1)
     return rec, out, final
@@ -317,10 +320,10 @@ def test_window_queries_sit_at_absolute_positions(nets, kind, mode, padded):
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     padding = Padding(mask=mask if padded else None, positions=positions)
     start, end = 14, 22
-    cache = KVCache()
+    cache = net.new_cache(2, x.shape[1])
     full = full_forward(net, x, padding, cache)
     if mode == "prefix":
-        cache.truncate(start)
+        cache.truncate_all(start)
     window, offset = window_forward(net, x, start, end, mode, padding, cache)
     stop = None if mode == "prefix" else end
     assert offset == start
@@ -362,7 +365,7 @@ def _linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out if layer.bias is None else out + layer.bias.double()
 
 
-def _block_kv_against(net, kind: str, block_ids: torch.Tensor, start: int, stale: KVCache):
+def _block_kv_against(net, kind: str, block_ids: torch.Tensor, start: int, stale: list[tuple[torch.Tensor, ...]]):
     """Float64 re-derivation of the block's per-layer K/V (post-RoPE) when it attends to ``stale`` K/V everywhere
     outside [start, end): the dual cache's contract."""
     end = start + block_ids.shape[1]
@@ -381,8 +384,8 @@ def _block_kv_against(net, kind: str, block_ids: torch.Tensor, start: int, stale
         k = _rope(heads(_linear(p["k"], a), p["kv"]), positions, p["theta"])
         v = heads(_linear(p["v"], a), p["kv"])
         out.append((k, v))
-        keys = torch.cat([stale.keys[i][:, :, :start].double(), k, stale.keys[i][:, :, end:].double()], dim=2)
-        values = torch.cat([stale.values[i][:, :, :start].double(), v, stale.values[i][:, :, end:].double()], dim=2)
+        keys = torch.cat([stale[i][0][:, :, :start].double(), k, stale[i][0][:, :, end:].double()], dim=2)
+        values = torch.cat([stale[i][1][:, :, :start].double(), v, stale[i][1][:, :, end:].double()], dim=2)
         rep = p["heads"] // p["kv"]
         keys, values = keys.repeat_interleave(rep, dim=1), values.repeat_interleave(rep, dim=1)
         attn = torch.softmax(q @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1]), dim=-1) @ values
@@ -397,9 +400,9 @@ def test_dual_cache_slice_equals_block_kv_computed_against_the_stale_suffix(nets
     net = nets[kind, 1.0].net
     x = torch.cat([PROMPT, torch.full((1, 24), MASK)], dim=1)
     start, end = 14, 22
-    cache = KVCache()
+    cache = net.new_cache(1, x.shape[1])
     full_forward(net, x, Padding(), cache)
-    stale = cache.clone()
+    stale = cache.row_kv(0)
     x[:, start : start + 3] = torch.tensor([11, 12, 13])  # the block moved on; the suffix K/V did not
     x[:, start + 5] = 30
     window_forward(net, x, start, end, "dual", Padding(), cache)
@@ -407,9 +410,9 @@ def test_dual_cache_slice_equals_block_kv_computed_against_the_stale_suffix(nets
     for i, (k, v) in enumerate(expected):
         torch.testing.assert_close(cache.keys[i][:, :, start:end].double(), k, atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(cache.values[i][:, :, start:end].double(), v, atol=2e-5, rtol=1e-4)
-        for got, old in ((cache.keys[i], stale.keys[i]), (cache.values[i], stale.values[i])):
+        for got, old in zip(cache.kv[i], stale[i]):
             assert torch.equal(got[:, :, :start], old[:, :, :start]) and torch.equal(got[:, :, end:], old[:, :, end:])
-        assert not torch.allclose(cache.keys[i][:, :, start:end], stale.keys[i][:, :, start:end])
+        assert not torch.allclose(cache.keys[i][:, :, start:end], stale[i][0][:, :, start:end])
 
 
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
@@ -427,7 +430,8 @@ def test_dream_cache_commits_each_block_start_from_the_full_forward(nets, cache,
         assert committed == [start]
         assert int(after[0, start]) == int(rec.calls[i].logits[0, start - 1].argmax())  # shifted: output at start-1
     windows = [c for c in rec.calls if c.kind != "full"]
-    assert windows and all(c.kind == cache for c in windows)
+    width = 8 if cache == "dual" else None  # a dual window is the block; a prefix one runs to the canvas's end
+    assert windows and all(c.ids.shape[1] == (width or final.shape[1] - c.offset) for c in windows)
     assert all(bool((c.ids[:, 0] != MASK).all()) for c in windows)
 
 

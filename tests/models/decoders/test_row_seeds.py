@@ -119,6 +119,8 @@ def fast_decode(config, prompt_ids, mask, seeds):
         logits[..., MASK] = -1e4
         return logits
 
+    no_mask.new_cache = net.new_cache  # the cached modes allocate the network's KVBuffer
+
     return generate(no_mask, prompt_ids, mask, config, row_seeds=seeds).tokens
 
 

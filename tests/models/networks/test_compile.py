@@ -11,7 +11,6 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import models.networks.compiled as compiled
-from models.networks.common import KVCache
 from models.networks.compiled import CompiledNetwork
 from models.networks.dream import tiny_dream_config, tiny_fastdllm_v2_config
 from models.networks.grouped_attention import GroupedWindows
@@ -112,30 +111,39 @@ def test_llada_at_explicit_positions_with_no_pad_compiles(graphs):
 @torch.no_grad()
 def test_fastdllm_prefix_and_dual_cache_steps_compile(kind, graphs):
     """Fast-dLLM on a padded canvas of 2 blocks after the prompt: per block a full forward that stores the cache, then steps against
-    its prefix (x[:, start:]) and over the block in place (replace_range); a block's second step compiles nothing."""
+    its prefix (x[:, start:], ``claim(n, keep=0)``) and over the block in place (``overwrite``); a block's second
+    step compiles nothing."""
     net = network(kind)
     fast = CompiledNetwork(net)
     width, size = 12, 4
     kwargs = padding(kind, width)
     x = tokens(2, width, 0)
+
+    def filled(model):
+        """The full forward's logits and the cache it filled."""
+        cache = model.new_cache(2, width)
+        return model(x, cache=cache, reservation=cache.reserve(width), **kwargs), cache
+
     for start in range(4, width, size):
-        eager, cache = KVCache(), KVCache()
-        assert_close(fast(x, cache=cache, store_cache=True, **kwargs), net(x, cache=eager, store_cache=True, **kwargs))
-        prefix_eager, prefix = eager.clone(), cache.clone()
-        prefix_eager.truncate(start)
-        prefix.truncate(start)
+        (logits, cache), (eager_logits, eager) = filled(fast), filled(net)
+        assert_close(logits, eager_logits)
+        prefix, prefix_eager = filled(fast)[1], filled(net)[1]
+        prefix.truncate_all(start)
+        prefix_eager.truncate_all(start)
         end = start + size
         counts = []
         for step in range(2):
             x[:, start + step] = step + 1  # a commit
-            assert_close(fast(x[:, start:], cache=prefix, **window(kwargs, start)),
-                         net(x[:, start:], cache=prefix_eager, **window(kwargs, start)))
-            assert_close(fast(x[:, start:end], cache=cache, replace_range=(start, end), **window(kwargs, start, end)),
-                         net(x[:, start:end], cache=eager, replace_range=(start, end), **window(kwargs, start, end)))
+            with prefix.claim(width - start, keep=0) as plan, prefix_eager.claim(width - start, keep=0) as eager_plan:
+                assert_close(fast(x[:, start:], cache=prefix, reservation=plan, **window(kwargs, start)),
+                             net(x[:, start:], cache=prefix_eager, reservation=eager_plan, **window(kwargs, start)))
+            assert_close(fast(x[:, start:end], cache=cache, reservation=cache.overwrite(start, size),
+                              **window(kwargs, start, end)),
+                         net(x[:, start:end], cache=eager, reservation=eager.overwrite(start, size),
+                             **window(kwargs, start, end)))
             counts.append(graphs.frame_count)
         assert counts[1] == counts[0]
-        for a, b in zip(eager.keys + eager.values, cache.keys + cache.values):
-            assert_close(a, b)
+        assert_same_caches(eager, cache)
 
 
 @torch.no_grad()

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.networks.common import KVCache, apply_rope, rope_angles, rope_inv_freq
+from models.networks.common import apply_rope, rope_angles, rope_inv_freq
 from models.networks.dream import DreamNetworkConfig, DreamNetwork, tiny_dream_config
 from models.networks.loading import CheckpointError, build_network, load_network, save_network
 
@@ -231,35 +231,38 @@ def test_prefix_cache_with_padding_equals_full_forward_rows(net):
     mask = torch.ones(2, 12, dtype=torch.long)
     mask[1, :2] = 0
     full = net(x, attention_mask=mask)
-    cache = KVCache()
-    assert torch.equal(net(x, attention_mask=mask, cache=cache, store_cache=True), full)
-    cache.truncate(6)
-    suffix = net(x[:, 6:], attention_mask=mask, cache=cache)
+    cache = net.new_cache(2, 12)
+    assert torch.equal(net(x, attention_mask=mask, cache=cache, reservation=cache.reserve(12)), full)
+    cache.truncate_all(6)
+    with cache.claim(6, keep=0) as reservation:
+        suffix = net(x[:, 6:], attention_mask=mask, cache=cache, reservation=reservation)
     torch.testing.assert_close(suffix, full[:, 6:], atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match="attention_mask"):
-        net(x[:, 6:], attention_mask=mask[:, 6:], cache=cache)  # the mask covers cached keys too
+    with pytest.raises(ValueError, match="attention_mask"), cache.claim(6, keep=0) as reservation:
+        net(x[:, 6:], attention_mask=mask[:, 6:], cache=cache, reservation=reservation)  # the mask covers cached keys
+    assert cache.lengths == [6, 6]
 
 
 def test_dual_cache_replaces_the_block_slice_in_place(net):
     x = ids(2, 12, seed=7)
     s, e = 8, 12
     full = net(x)
-    cache = KVCache()
-    net(x, cache=cache, store_cache=True)
-    old = cache.clone()
-    torch.testing.assert_close(net(x[:, s:e], cache=cache, replace_range=(s, e)), full[:, s:e], atol=1e-5, rtol=0)
+    cache = net.new_cache(2, 12)
+    net(x, cache=cache, reservation=cache.reserve(12))
+    old = [k.clone() for k in cache.keys]
+    dual = net(x[:, s:e], cache=cache, reservation=cache.overwrite(s, e - s))
+    torch.testing.assert_close(dual, full[:, s:e], atol=1e-5, rtol=0)
     x2 = x.clone()
     x2[:, s:e] = (x[:, s:e] + 1) % V
-    net(x2[:, s:e], cache=cache, replace_range=(s, e))
-    fresh = KVCache()
-    net(x2, cache=fresh, store_cache=True)
+    net(x2[:, s:e], cache=cache, reservation=cache.overwrite(s, e - s))
+    fresh = net.new_cache(2, 12)
+    net(x2, cache=fresh, reservation=fresh.reserve(12))
     for layer in range(2):
-        assert torch.equal(cache.keys[layer][:, :, :s], old.keys[layer][:, :, :s])
-        assert (cache.keys[layer][:, :, s:e] - old.keys[layer][:, :, s:e]).abs().max() > 1e-3
+        assert torch.equal(cache.keys[layer][:, :, :s], old[layer][:, :, :s])
+        assert (cache.keys[layer][:, :, s:e] - old[layer][:, :, s:e]).abs().max() > 1e-3
     torch.testing.assert_close(cache.keys[0], fresh.keys[0], atol=1e-6, rtol=0)
     torch.testing.assert_close(cache.values[0], fresh.values[0], atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match="replace_range"):
-        net(x2[:, s:e], cache=cache, replace_range=(s, e - 1))
+    with pytest.raises(ValueError, match="reservation"):  # more inputs than the overwritten columns hold
+        net(x2[:, s - 1:e], cache=cache, reservation=cache.overwrite(s, e - s))
 
 
 # ---- loading --------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.networks.common import KVCache, apply_rope, rms_norm, rope_angles, rope_inv_freq
+from models.networks.common import apply_rope, rms_norm, rope_angles, rope_inv_freq
+from models.networks.kv_buffer import Reservation
 from models.networks.llada import LLaDANetworkConfig, LLaDANetwork, tiny_llada_config
 from models.networks.loading import CheckpointError, build_network, load_network, save_network
 
@@ -216,7 +217,8 @@ def test_all_ones_mask_is_no_mask(net):
 def test_bad_inputs_fail_in_one_line(net):
     x = ids(2, 8)
     for kwargs in ({"attention_mask": torch.ones(2, 7)}, {"position_ids": torch.arange(3)},
-                   {"cache": KVCache(), "replace_range": (0, 8)}, {"store_cache": True}):
+                   {"cache": net.new_cache(2, 8)}, {"reservation": Reservation(None, 8, 0)},
+                   {"cache": net.new_cache(1, 8), "reservation": Reservation(None, 8, 0)}):
         with pytest.raises(ValueError) as e:
             net(x, **kwargs)
         assert "\n" not in str(e.value)
@@ -228,21 +230,22 @@ def test_bad_inputs_fail_in_one_line(net):
 def test_prefix_cache_suffix_equals_full_forward_rows(net):
     x = ids(2, 12, seed=5)
     full = net(x)
-    cache = KVCache()
-    assert torch.equal(net(x, cache=cache, store_cache=True), full)
-    assert cache.n_layers == 2 and cache.length == 12 and cache.keys[0].shape == (2, 4, 12, 16)
-    cache.truncate(5)
-    suffix = net(x[:, 5:], cache=cache)
+    cache = net.new_cache(2, 12)
+    assert torch.equal(net(x, cache=cache, reservation=cache.reserve(12)), full)
+    assert cache.n_layers == 2 and cache.lengths == [12, 12] and cache.keys[0].shape == (2, 4, 12, 16)
+    cache.truncate_all(5)
+    with cache.claim(7, keep=0) as reservation:
+        suffix = net(x[:, 5:], cache=cache, reservation=reservation)
     torch.testing.assert_close(suffix, full[:, 5:], atol=1e-5, rtol=0)
-    assert cache.length == 5  # reading does not store
+    assert cache.lengths == [5, 5]  # reading does not keep
     with pytest.raises(ValueError):
-        cache.truncate(6)
+        cache.truncate_all(6)
 
 
 def test_cached_keys_are_rotated_at_absolute_positions(net):
     x = ids(1, 6, seed=6)
-    cache = KVCache()
-    net(x, cache=cache, store_cache=True)
+    cache = net.new_cache(1, 6)
+    net(x, cache=cache, reservation=cache.reserve(6))
     sd = {k: v.double() for k, v in net.state_dict().items()}
     p = "model.transformer.blocks.0."
     a = ref_rms(sd["model.transformer.wte.weight"][x[0]], sd[p + "attn_norm.weight"], 1e-5)
@@ -255,18 +258,20 @@ def test_dual_cache_replaces_the_block_slice_in_place(net):
     x = ids(1, 12, seed=7)
     s, e = 4, 8
     full = net(x)
-    cache = KVCache()
-    net(x, cache=cache, store_cache=True)
-    old = cache.clone()
+    cache = net.new_cache(1, 12)
+    net(x, cache=cache, reservation=cache.reserve(12))
+    old = cache.row_kv(0)
     # same block tokens: the block's logits equal the full forward's rows
-    torch.testing.assert_close(net(x[:, s:e], cache=cache, replace_range=(s, e)), full[:, s:e], atol=1e-5, rtol=0)
+    dual = net(x[:, s:e], cache=cache, reservation=cache.overwrite(s, e - s))
+    torch.testing.assert_close(dual, full[:, s:e], atol=1e-5, rtol=0)
     x2 = x.clone()
     x2[0, s:e] = (x[0, s:e] + 1) % V
-    net(x2[:, s:e], cache=cache, replace_range=(s, e))
-    fresh = KVCache()
-    net(x2, cache=fresh, store_cache=True)
+    net(x2[:, s:e], cache=cache, reservation=cache.overwrite(s, e - s))
+    assert cache.lengths == [12]
+    fresh = net.new_cache(1, 12)
+    net(x2, cache=fresh, reservation=fresh.reserve(12))
     for layer in range(2):
-        for got, before in ((cache.keys[layer], old.keys[layer]), (cache.values[layer], old.values[layer])):
+        for got, before in zip(cache.kv[layer], old[layer]):
             assert got.shape == before.shape
             assert torch.equal(got[:, :, :s], before[:, :, :s]) and torch.equal(got[:, :, e:], before[:, :, e:])
             assert (got[:, :, s:e] - before[:, :, s:e]).abs().max() > 1e-3
