@@ -152,7 +152,7 @@ def load_hub(spec: DatasetSpec) -> LoadedData:
             if offline:
                 first = f"offline ({offline}) and not in the local cache"
             hint = (" (gated dataset: accept its terms on the hub and log in with `hf auth login` or set HF_TOKEN)"
-                    if spec.gated and not offline else "")
+                    if spec.gated else "")
             raise DataError(f"cannot load {spec.hub_id} from the hub: {first}{hint}; pass --data fixtures for the "
                             f"bundled items or --data-dir with {spec.local_file}") from None
         records.extend(dict(row) for row in dataset)
