@@ -36,7 +36,7 @@ from models.options import coerce, record
 from models.adapters.resident import hand_over
 from models.registry import ModelSpec, load_adapter, spec_for
 from tasks.base import Doc, Task, TaskPrompt
-from tasks.records import LoadedData, hub_offline_reason
+from tasks.records import LoadedData, go_offline, hub_offline_reason
 from tasks.registry import make_task
 
 
@@ -198,6 +198,8 @@ class Runner:
         s = self.settings
         if not s.rescore:
             check_writable(self.folder.root)
+        if hub_offline_reason():
+            go_offline()  # found once: every hub client (data, checkpoints, lm-eval) then reads its cache, no retries
         tasks = [make_task(name) for name in s.tasks]
         data = self.load_all_data(tasks)
         if smoke_canvas(s.preset) and not s.gen_length:

@@ -86,9 +86,9 @@ def test_offline_is_found_once_and_named_in_one_note(capsys, tmp_path, monkeypat
 
     for variable in records.OFFLINE_VARIABLES:
         monkeypatch.delenv(variable, raising=False)
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", constants.HF_HUB_OFFLINE)  # restored after the test
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # online as far as the clients know; restored after
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        monkeypatch.setattr(datasets.config, name, getattr(datasets.config, name))
+        monkeypatch.setattr(datasets.config, name, False)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
     tries = []
 
@@ -107,6 +107,7 @@ def test_offline_is_found_once_and_named_in_one_note(capsys, tmp_path, monkeypat
     notes = [line for line in capsys.readouterr().out.splitlines() if "not reachable" in line]
     assert len(notes) == 1 and "gsm8k, arc_challenge" in notes[0] and "Network is unreachable" in notes[0]
     assert len(tries) == 1  # one probe for the whole run, no retries
+    assert constants.HF_HUB_OFFLINE and datasets.config.HF_DATASETS_OFFLINE  # checkpoints load from the cache too
 
 
 def test_smoke_preset_sets_a_small_canvas_and_says_so(capsys, tmp_path):
