@@ -13,8 +13,9 @@ import tasks.records as records
 from harness.cli import build_parser, main, settings_from_args
 from harness.run.folder import removed_if_left_empty
 from harness.run.presets import SMOKE_CANVAS
-from harness.run.runner import Runner
+from harness.run.runner import Runner, RunSettings
 from harness.run.threads import CPU_AUTO_THREADS, resolve_threads
+from tasks.records import LoadedData
 
 MODEL = "tiny-llada"
 
@@ -136,3 +137,18 @@ def test_threads_are_recorded_and_resume_says_what_it_skipped(capsys, tmp_path):
         assert "3/3" in err  # the bar counts the whole job, starting from what was stored
     finally:
         torch.set_num_threads(before)
+
+
+class LMEvalStub:
+    """An lm-eval task as the runner sees it: its own data, whatever --data-dir says."""
+
+    name = "lmeval:stub"
+
+    def load(self, source: str, data_dir) -> LoadedData:
+        return LoadedData([], "lm-eval", "stub", "0")
+
+
+def test_data_dir_beside_an_lmeval_task_is_noted(capsys, tmp_path):
+    runner = Runner(RunSettings(models=(MODEL,), tasks=(), output=tmp_path / "run", data_dir=tmp_path))
+    runner.load_all_data([LMEvalStub()])
+    assert "--data-dir does not apply to lmeval:stub" in capsys.readouterr().out
