@@ -68,8 +68,10 @@ def check_comparable(base: dict[str, Any], cand: dict[str, Any], allow_decoding_
         differing.remove("decoding")
         notes.append(f"{where}: decoding changed (allowed): {difference('decoding')}")
     if differing:
+        way_out = ("rerun the candidate with the baseline's settings" +
+                   (", or pass --allow-decoding-change" if "decoding" in differing else ""))
         raise GateError(f"not comparable: {where}: {', '.join(differing)} differ(s) "
-                        f"({'; '.join(difference(f) for f in differing)})")
+                        f"({'; '.join(difference(f) for f in differing)}); {way_out}")
     return notes
 
 

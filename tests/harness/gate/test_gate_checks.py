@@ -180,7 +180,7 @@ def test_not_comparable_names_the_differing_key_of_a_long_configuration(tmp_path
     cand = rf.write_run(tmp_path / "cand", [entry])
     code, _, err = gate(capsys, base, cand, *NO_ACCURACY)
     assert code == NOT_COMPARABLE and len(err.strip().splitlines()) == 1
-    assert "decoding: slot_size 8 vs 16" in err and "option_a" not in err
+    assert "decoding: slot_size 8 vs 16" in err and "option_a" not in err and "--allow-decoding-change" in err
 
 
 def test_cpu_model_comes_from_cpuinfo(tmp_path):
