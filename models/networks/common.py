@@ -310,13 +310,16 @@ class BidirectionalNetwork(nn.Module):
         return self.run(input_ids, plan, mask, cache, explicit_positions=position_ids is not None)
 
     def run(self, input_ids: Tensor, plan: AttentionPlan, mask: Tensor | None, cache: KVBuffer | None,
-            explicit_positions: bool) -> Tensor:
-        """Embed, the layers with RoPE at ``plan.positions`` and the SDPA ``mask``, final norm and LM head."""
+            explicit_positions: bool, read: Tensor | None = None) -> Tensor:
+        """Embed, the layers with RoPE at ``plan.positions`` and the SDPA ``mask``, final norm and LM head (at the
+        flat cells ``read`` alone, when given)."""
         embed, layers, norm, head = self.parts()
         x = embed(input_ids)
         cos, sin = self.rope(plan, explicit_positions, x.dtype)
         for i, layer in enumerate(layers):
             x = layer(x, cos, sin, mask, cache, i, plan)
+        if read is not None:
+            x = x.flatten(0, 1).index_select(0, read)
         return head(norm(x))
 
 
@@ -409,15 +412,39 @@ class BlockForward:
             yield input_ids, positions, cache, plan, block_length, one_block
 
     def block_forward_step(self, input_ids: Tensor, positions: Tensor, cache: KVBuffer, plan: Reservation,
-                           block_length: int, one_block: bool | None = None) -> Tensor:
+                           block_length: int, one_block: bool | None = None, read: Tensor | None = None) -> Tensor:
         """``block_forward``'s device half, tensor work only with a static ``plan``: the mask and the layers."""
         mask = block_causal_mask(plan, positions, block_length, one_block)
-        return self.cached_logits(input_ids, positions, mask, cache, plan)
+        return self.cached_logits(input_ids, positions, mask, cache, plan, read)
+
+    def causal_forward(self, input_ids: Tensor, cache: KVBuffer, read: Tensor | None = None) -> Tensor:
+        """An autoregressive forward: row b's L new tokens go after its ``cache.lengths[b]`` entries, at those
+        positions, each attending to its row's entries and to the new tokens up to itself (block diffusion with
+        blocks of one token, so rows of any lengths share the call). Logits [B, L, vocab], or [M, vocab] at the
+        flat cells ``read`` (the head computed there alone: a prompt's last token, not the whole prompt)."""
+        with self.causal_forward_call(input_ids, cache, read) as step:
+            return self.block_forward_step(*step)
+
+    @contextmanager
+    def causal_forward_call(self, input_ids: Tensor, cache: KVBuffer, read: Tensor | None = None,
+                            static: bool = False) -> Iterator[tuple[Any, ...]]:
+        """``causal_forward``'s host half (``block_forward_call`` at each row's length); its device half is
+        ``block_forward_step``."""
+        length, starts = input_ids.shape[1], set(cache.lengths)
+        if len(starts) == 1:  # a range: one block of one token needs no mask and no read to know it
+            positions: Tensor | range = range(starts.pop(), cache.lengths[0] + length)
+        else:
+            positions = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
+                length, device=input_ids.device)
+        with self.block_forward_call(input_ids, positions, cache, 1, True, static) as step:
+            yield *step, read
+
+    causal_forward_step = block_forward_step
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
-                      plan: Reservation) -> Tensor:
+                      plan: Reservation, read: Tensor | None = None) -> Tensor:
         """Logits of ``input_ids`` at ``positions`` [B|1, L], their K/V written where ``plan`` says, attending with the
-        bool ``mask`` [B|1, 1, L, K] (None: every one of the K columns)."""
+        bool ``mask`` [B|1, 1, L, K] (None: every one of the K columns); at the flat cells ``read`` alone if given."""
         raise NotImplementedError
 
 

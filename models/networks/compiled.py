@@ -56,5 +56,8 @@ class CompiledNetwork(nn.Module):
     def block_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.call("block_forward", args, kwargs)
 
+    def causal_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self.call("causal_forward", args, kwargs)
+
     def new_cache(self, batch: int, capacity: int) -> Any:
         return self.network.new_cache(batch, capacity)

@@ -91,6 +91,18 @@ class FastDLLMv2Config(DreamNetworkConfig):
             raise ValueError(f"{self.family} config: bd_size {self.bd_size} must be >= 1")
 
 
+@dataclass(frozen=True)
+class Qwen2NetworkConfig(DreamNetworkConfig):
+    """config.json of a Qwen2 / Qwen2.5 causal LM: Dream's layout (Dream is a Qwen2.5 fine-tune), decoded causally
+    (``causal_forward``) by the autoregressive baseline. The small ones tie their embeddings."""
+
+    family: ClassVar[str] = "Qwen2"
+    tied_supported: ClassVar[bool] = True
+    pad_token_id: int | None = None
+    mask_token_id: int | None = None
+    model_type: str = "qwen2"
+
+
 # 2 layers, 64 wide, grouped-query attention (4 q heads on 2 kv heads, as the 7B has 28 on 4)
 _TINY_SIZE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1000000.0)
@@ -178,10 +190,10 @@ class DreamNetwork(BlockForward, BidirectionalNetwork):
         return F.linear(x, self.model.embed_tokens.weight)
 
     def cached_logits(self, input_ids: Tensor, positions: Tensor, mask: Tensor | None, cache: KVBuffer,
-                      plan: Reservation) -> Tensor:
+                      plan: Reservation, read: Tensor | None = None) -> Tensor:
         """``BlockForward``'s layers: Dream's own forward with the bool mask and the buffer's reservation."""
         attention = AttentionPlan(positions.expand(input_ids.shape), None, plan.key_len, reservation=plan)
-        return self.run(input_ids, attention, mask, cache, explicit_positions=True)
+        return self.run(input_ids, attention, mask, cache, explicit_positions=True, read=read)
 
     def rope(self, plan: AttentionPlan, explicit_positions: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """fp32 angles on the device, then cast to the model dtype (as the reference)."""

@@ -144,9 +144,9 @@ def test_output_rows_cut_after_first_eos_and_split_nfe():
     output = output_from_tokens(tokens, 12, eos_ids=[2, 3])
     assert output.nfe == 12 and output.tokens is tokens
     assert list(output.rows) == [
-        DecodeResult([5, 7, 2], 4.0, False),
-        DecodeResult([5, 6, 7, 8, 9], 4.0, True),
-        DecodeResult([3], 4.0, False),
+        DecodeResult([5, 7, 2], 4.0, False, forwards=12),  # each row took part in all 12 forwards
+        DecodeResult([5, 6, 7, 8, 9], 4.0, True, forwards=12),
+        DecodeResult([3], 4.0, False, forwards=12),
     ]
 
 
