@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from harness.errors import UsageError
 from harness.run.presets import SMOKE_CANVAS, SMOKE_PRESET
+from harness.run.schedule import CONTINUOUS, SCHEDULES
 
 USAGE_ERROR = 2
 
@@ -24,15 +25,16 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise UsageError(f"{kind} {', '.join(repeated)} given more than once; name each {kind} once")
-    if kind == "task" and names == ("all",):
-        from tasks.registry import PAPER_TASKS
+    if kind == "task" and len(names) == 1:
+        from tasks.registry import GROUPS
 
-        return PAPER_TASKS
+        if names[0] in GROUPS:
+            return GROUPS[names[0]]
     unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith(("hf:", "vllm:")))
                and not (kind == "task" and n.startswith("lmeval:"))]
     if unknown or not names:
         extra = " (or hf:<hub id or local path>, vllm:<hub id or local path>)" if allow_hf else ""
-        extra += " (or all, or lmeval:<lm-eval task>)" if kind == "task" else ""
+        extra += " (or all, dllm-2026, or lmeval:<lm-eval task>)" if kind == "task" else ""
         raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(value)}; valid {kind}s: "
                          f"{', '.join(valid)}{extra}")
     return names
@@ -64,7 +66,9 @@ def experiment_settings(args: argparse.Namespace) -> dict[str, Any]:
     data_dir = str(args.data_dir.resolve()) if args.data_dir is not None else None
     return {"data": args.data, "data_dir": data_dir, "preset": args.preset, "gen_length": args.gen_length,
             "model_args": sorted(args.model_arg), "batch_size": args.batch_size, "seed": args.seed,
-            "dtype": args.dtype}
+            "dtype": args.dtype,
+            # rows in flight time requests apart from static batches; at one row the two are the same
+            **({"schedule": CONTINUOUS} if args.schedule == CONTINUOUS and args.batch_size > 1 else {})}
 
 
 def default_output(models: Sequence[str], tasks: Sequence[str], experiment: dict[str, Any] | None = None) -> Path:
@@ -89,14 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
     p.add_argument("--models", help="comma-separated model names, or hf:/vllm:<hub id or local path>")
-    p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), or lmeval:<lm-eval task>")
+    p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), dllm-2026 (the 2026 "
+                                    "diffusion-LLM papers' benchmarks), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
     p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>__<hash of the settings "
                                                 "that change outputs>; reruns resume it)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ...")
     p.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU), float32, bfloat16, float16")
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="rows decoded together: at most this many requests in flight (--schedule continuous), or "
+                        "static batches of it")
+    p.add_argument("--schedule", choices=SCHEDULES, default=CONTINUOUS,
+                   help="continuous (default): a waiting request takes the row of the first to finish, each "
+                        "request timed on its own, for the decoders that keep rows in flight (the others say so "
+                        "and decode static batches); static: every batch holds its rows until its last finishes")
     p.add_argument("--warmup", type=int, default=1, help="first N samples per model × task left out of speed figures")
     p.add_argument("--data", choices=["auto", "hub", "fixtures"], default="auto",
                    help="where items come from: the hub (auto falls back to bundled fixtures when offline)")
@@ -175,7 +186,7 @@ def settings_from_args(args: argparse.Namespace):
         seed=args.seed, device=args.device, dtype=args.dtype, batch_size=args.batch_size, warmup=args.warmup,
         data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
         model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
-        threads=resolve_threads(args.threads, resolve_device(args.device)),
+        threads=resolve_threads(args.threads, resolve_device(args.device)), schedule=args.schedule,
     )
 
 

@@ -16,11 +16,11 @@ import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from models.decoders.contract import ConfigError, DecodeResult, Decoder, canvas_of
+from models.decoders.contract import ConfigError, DecodeResult, Decoder, Step, canvas_of
 from models.decoders.sampling import row_seed
 from models.options import leaves, set_options
 
@@ -211,6 +211,20 @@ class ModelAdapter(ABC):
         network = self.network_for(batch.config.runtime)
         seeds = {} if batch.row_seeds is None else {"row_seeds": batch.row_seeds}
         return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config, **seeds).rows)
+
+    def stream(self, batch: PreparedBatch, max_rows: int) -> Iterator[tuple[Step, list[tuple[int, Generation]]]]:
+        """Rows in flight over every request of ``batch``: per forward, the decoder's ``Step`` and the requests it
+        finished (by position in the batch) as generations. Only for a decoder with ``stream``."""
+        if self.decoder.stream is None:
+            raise ValueError(f"{self.name}: the {self.decoder.name} decoder has no rows in flight")
+        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
+        network = self.network_for(batch.config.runtime)
+        prompts = [row[mask.bool()] for row, mask in zip(batch.input_ids, batch.attention_mask)]
+        for step in self.decoder.stream(network, prompts, config, max_rows, batch.row_seeds):
+            done = [i for i, _ in step.finished]
+            finished = self.finish(dataclasses.replace(batch, requests=[batch.requests[i] for i in done]),
+                                   [result for _, result in step.finished])
+            yield step, list(zip(done, finished))
 
     def network_for(self, runtime: RuntimeOptions) -> Any:
         """The network a batch runs on; an adapter with runtime options picks it by them."""

@@ -7,8 +7,10 @@ log. Only the decoder call is timed (tokenisation excluded), with the device syn
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -16,8 +18,9 @@ import numpy as np
 import torch
 
 from harness.errors import RunError
+from harness.run.schedule import CONTINUOUS, STATIC
 from harness.timing.forward_timer import ForwardTimer, timed_network
-from harness.timing.clock import reset_peak_memory, timed
+from harness.timing.clock import reset_peak_memory, synchronize, timed
 from models.base import Generation, GenerationRequest, ModelAdapter
 from models.options import with_default_seed
 
@@ -53,11 +56,12 @@ def with_run_seed(config: Any, seed: int) -> Any:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    batch_size: int = 1
+    batch_size: int = 1  # rows decoded together: a static batch, or the rows in flight
     warmup: int = 1  # the first ``warmup`` samples decoded run as their own batches and are left out of speed figures
     seed: int = 1234
     rank: int = 0
     by_length: bool = False  # decode in order of prompt length (longest first), so a batch's padding is small
+    schedule: str = STATIC  # CONTINUOUS: rows in flight where the decoder has them (docs/measurement.md)
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ def timing_record(prompt: str, generation: Generation, seconds: float, batch_siz
         "forward_s": None if forward_seconds is None else forward_seconds / batch_size,
         "batch_latency_s": seconds,
         "batch_size": batch_size,
+        "schedule": STATIC,
         "warmup": warmup,
         "rank": rank,
     }
@@ -133,13 +138,67 @@ def timing_record(prompt: str, generation: Generation, seconds: float, batch_siz
 def generate_batches(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
                      settings: LoopSettings) -> Iterator[Batch]:
     """Seed, reset the peak-memory counter, then decode ``requests`` batch by batch (in the caller's order, or by
-    prompt length). Read ``harness.timing.clock.peak_memory_bytes(adapter.device)`` once the loop is done for the peak of
-    this loop."""
+    prompt length), or, with the continuous schedule and a decoder that keeps rows in flight, the warm-up batches
+    and then every other request of a canvas in one stream, a batch per forward that finished any. Read
+    ``harness.timing.clock.peak_memory_bytes(adapter.device)`` once the loop is done for the peak of this loop."""
     seed_everything(settings.seed)
     reset_peak_memory(adapter.device)
-    order = length_order(adapter, config, requests) if settings.by_length else None
-    for positions, warm in loop_batches(requests, settings.batch_size, settings.warmup, order):
-        prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
-        yield Batch(positions, [timing_record(prompt, gen, seconds, len(positions), warm, settings.rank,
-                                              forward_s)
-                                for prompt, gen in zip(prompts, generations)])
+    order = length_order(adapter, config, requests) if settings.by_length else list(range(len(requests)))
+    if settings.schedule != CONTINUOUS or adapter.decoder.stream is None:
+        for positions, warm in loop_batches(requests, settings.batch_size, settings.warmup, order):
+            yield static_batch(adapter, config, requests, positions, warm, settings.rank)
+        return
+    for positions in same_canvas_batches(requests, settings.batch_size, order[:settings.warmup]):
+        yield static_batch(adapter, config, requests, positions, True, settings.rank)
+    for positions in same_canvas_batches(requests, len(requests), order[settings.warmup:]):
+        for batch in stream_batches(adapter, config, [requests[i] for i in positions], settings):
+            yield Batch([positions[i] for i in batch.indices], batch.records)
+
+
+def static_batch(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest], positions: list[int],
+                 warm: bool, rank: int) -> Batch:
+    """One decoder call on ``requests[positions]``, timed as a whole and split across its rows."""
+    prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
+    return Batch(positions, [timing_record(prompt, gen, seconds, len(positions), warm, rank, forward_s)
+                             for prompt, gen in zip(prompts, generations)])
+
+
+def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
+                   settings: LoopSettings) -> Iterator[Batch]:
+    """Rows in flight over ``requests`` (one canvas): at most ``batch_size`` rows, a waiting request taking the row
+    of the first to finish. Each request's record carries its own times, on the phase's clock (which stops while
+    the caller stores what finished): ``queue_s`` from the phase's start to the forward that admitted it,
+    ``latency_s`` from there to the forward that finished it, ``forward_s`` its share of the forwards it ran (each
+    forward's time split across its rows), and ``phase_elapsed_s`` from the phase's start to its finish (the
+    phase's wall time, which tokens/s divides by, is the largest)."""
+    batch = adapter.prepare(requests, config)
+    network = timed_network(adapter, batch.config)  # loads the weights, outside the phase
+    timer = ForwardTimer(network, adapter.device) if network is not None else None
+    phase = f"{time.time_ns():x}"
+    joined: dict[int, float] = {}  # admission time of each request in flight
+    inside: dict[int, float] = {}  # its forward seconds so far
+    paused = 0.0
+    with timer if timer is not None else contextlib.nullcontext():
+        synchronize(adapter.device)
+        start = step_start = time.perf_counter()
+        for step, finished in adapter.stream(batch, settings.batch_size):
+            synchronize(adapter.device)
+            now = time.perf_counter() - paused
+            for i in step.admitted:
+                joined[i], inside[i] = step_start - start, 0.0
+            share = (timer.take() if timer is not None else 0.0) / step.rows
+            for i in inside:  # every request in this forward, the ones it finished included
+                inside[i] += share
+            records = []
+            for i, generation in finished:
+                queued, forward_s = joined.pop(i), inside.pop(i)
+                record = timing_record(batch.prompts[i], generation, now - start - queued, 1, False, settings.rank,
+                                       forward_s if timer is not None else None)
+                records.append({**record, "batch_latency_s": None, "batch_size": settings.batch_size,
+                                "schedule": CONTINUOUS, "queue_s": queued, "phase": phase,
+                                "phase_elapsed_s": now - start})
+            if records:
+                stored = time.perf_counter()
+                yield Batch([i for i, _ in finished], records)
+                paused += time.perf_counter() - stored
+            step_start = time.perf_counter() - paused

@@ -27,6 +27,7 @@ from harness.run.manifest import environment
 from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
 from harness.run.presets import SMOKE_CANVAS, smoke_canvas
+from harness.run.schedule import CONTINUOUS
 from harness.run.threads import apply_threads
 from harness.run.store import SampleStore, sample_key
 from harness.timing.clock import peak_memory_bytes
@@ -60,6 +61,7 @@ class RunSettings:
     progress: bool = True
     store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
     threads: int | None = None  # torch CPU threads (harness.run.threads); None leaves torch's setting
+    schedule: str = CONTINUOUS  # rows in flight (at most batch_size) where the decoder keeps them, else static
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,8 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
                      settings: RunSettings, label: str, rank: int = 0, done: int = 0) -> None:
     """Generate every pending sample in batches; each finished batch is appended to the store before the next. The
     bar counts the whole share, starting at the ``done`` samples a resumed run already has."""
-    loop = LoopSettings(settings.batch_size, settings.warmup, settings.seed, rank, by_length=True)
+    loop = LoopSettings(settings.batch_size, settings.warmup, settings.seed, rank, by_length=True,
+                        schedule=settings.schedule)
     bar = tqdm(total=done + len(pending), initial=done, desc=label, unit="sample", disable=not settings.progress,
                dynamic_ncols=True)
     for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
@@ -168,6 +171,7 @@ class Runner:
         self.folder = RunFolder(settings.output, store_dir=settings.store_dir)
         self.device = resolve_device(settings.device, dist_ctx.local_rank)
         self.dtype = parse_dtype(settings.dtype, self.device)
+        self._noted_static: set[str] = set()
 
     def note(self, message: str) -> None:
         if self.dist.is_main:
@@ -295,8 +299,18 @@ class Runner:
             what = "skipped" if not pending else f"resuming with {len(pending)} left"
             self.note(f"{label}: {done} of {share} samples already stored, {what}")
         if pending:
+            self.note_static_fallback(job)
             generate_missing(job.adapter, job.config, pending, self.store(job), self.settings, label,
                              self.dist.rank, done)
+
+    def note_static_fallback(self, job: Job) -> None:
+        """Once per model: a continuous schedule its decoder cannot keep (no rows in flight) decodes static batches."""
+        s, decoder = self.settings, job.adapter.decoder
+        if s.schedule == CONTINUOUS and s.batch_size > 1 and decoder.stream is None \
+                and job.spec.name not in self._noted_static:
+            self._noted_static.add(job.spec.name)
+            self.note(f"{job.spec.name}: the {decoder.name} decoder keeps no rows in flight, so its requests decode "
+                      f"in static batches of {s.batch_size} (--schedule static says so for every model)")
 
     def score(self, job: Job) -> dict[str, Any]:
         s = self.settings

@@ -61,14 +61,9 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
                   peak_memory_device: str | None = None) -> dict[str, Any]:
     """Speed figures of docs/measurement.md; ``batch_size`` is only the fallback for records that carry none."""
     timed = [s for s in samples if not s.get("warmup")]
-    latencies = np.array([s["latency_s"] for s in timed], dtype=float)
     tpf = tokens_per_forward(samples)
     calls = sum(s["nfe"] for s in samples)
     tokens = sum(s["gen_tokens"] for s in samples)
-
-    def pct(q: float) -> float | None:
-        return float(np.percentile(latencies, q)) if len(latencies) else None
-
     figures = {
         "token_definition": TOKEN_DEFINITION,
         "tokens_per_second": _tps(timed),
@@ -76,8 +71,7 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "forwards_per_sample": (sum(row_forwards(s) for s in samples) / len(samples)) if tpf else None,
         # what a token cost in batched network calls (each call split across its rows): falls with the batch size
         "network_calls_per_token": calls / tokens if calls and tokens else None,
-        "latency_s": {"mean": float(latencies.mean()) if len(latencies) else None,
-                      "p50": pct(50), "p90": pct(90), "p99": pct(99)},
+        "latency_s": spread([s["latency_s"] for s in timed]),
         "gen_tokens_mean": float(np.mean([s["gen_tokens"] for s in samples])) if samples else None,
         "gen_tokens_after_stop_mean": (float(np.mean([s["gen_tokens_after_stop"] for s in samples]))
                                        if samples else None),
@@ -87,14 +81,16 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "min_timed_samples": MIN_TIMED_SAMPLES,
         "low_sample": len(timed) < MIN_TIMED_SAMPLES,
         "batch_size": recorded_batch_size(samples, batch_size),
+        "schedule": sorted({s.get("schedule", "static") for s in timed}),
         "peak_memory_bytes": peak_memory,
         "per_token": per_token(timed),
     }
-    requests = [s["request_latency_s"] for s in timed if s.get("request_latency_s") is not None]
-    if requests:  # engine-served models: each request's own client-side wall time, requests in flight together
-        figures["request_latency_s"] = {"mean": float(np.mean(requests)), "p50": float(np.percentile(requests, 50)),
-                                        "p90": float(np.percentile(requests, 90)),
-                                        "p99": float(np.percentile(requests, 99))}
+    # rows in flight: how long requests waited for a row; engine-served models: each request's own client-side
+    # wall time (the batch's requests in flight together)
+    for name in ("queue_s", "request_latency_s"):
+        values = [s[name] for s in timed if s.get(name) is not None]
+        if values:
+            figures[name] = spread(values)
     if peak_memory_device in PEAK_MEMORY_SCOPES:
         figures["peak_memory_scope"] = PEAK_MEMORY_SCOPES[peak_memory_device]
     ranks = sorted({s.get("rank", 0) for s in timed})
@@ -105,6 +101,13 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
     return figures
 
 
+def spread(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean and the 50th, 90th and 99th percentiles (None without values)."""
+    if not len(values):
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    return {"mean": float(np.mean(values)), **{f"p{q}": float(np.percentile(values, q)) for q in (50, 90, 99)}}
+
+
 def per_token(timed: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     """What one generated token costs over the timed samples: seconds, network forwards and seconds inside them
     (None where not counted or not measured): the inputs of the speedup attribution."""
@@ -112,15 +115,28 @@ def per_token(timed: Sequence[dict[str, Any]]) -> dict[str, float | None]:
     forwards = sum(s["nfe"] for s in timed)
     inside = [s.get("forward_s") for s in timed]
     measured = bool(timed) and all(v is not None for v in inside)
+    seconds = busy_seconds(timed)
     return {
-        "seconds": sum(s["latency_s"] for s in timed) / tokens if tokens else None,
+        "seconds": seconds / tokens if tokens else None,
         "forwards": forwards / tokens if tokens and forwards else None,
         "forward_seconds": sum(inside) / tokens if tokens and measured and forwards else None,
     }
 
 
+def busy_seconds(samples: Sequence[dict[str, Any]]) -> float:
+    """The wall time the samples' decoding took: a static batch's share (``latency_s``, its time split across its
+    rows) per static sample, plus each continuous phase's wall time once (its requests overlap, so their latencies
+    do not add up; a phase's time is its last finish, ``phase_elapsed_s``)."""
+    static = sum(s["latency_s"] for s in samples if s.get("schedule", "static") == "static")
+    phases: dict[str, float] = {}
+    for s in samples:
+        if s.get("schedule", "static") != "static":
+            phases[s["phase"]] = max(phases.get(s["phase"], 0.0), s["phase_elapsed_s"])
+    return static + sum(phases.values())
+
+
 def _tps(samples: Sequence[dict[str, Any]]) -> float | None:
-    seconds = sum(s["latency_s"] for s in samples)
+    seconds = busy_seconds(samples)
     return sum(s["gen_tokens"] for s in samples) / seconds if seconds > 0 else None
 
 

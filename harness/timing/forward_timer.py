@@ -24,6 +24,8 @@ class ForwardTimer:
         self.cuda = device.type == "cuda"
         self.calls = 0
         self._cpu_seconds = 0.0
+        self._taken_seconds = 0.0
+        self._taken_events = 0
         self._started = 0.0
         self._events: list[tuple[Any, Any]] = []
         self._handles: list[Any] = []
@@ -60,6 +62,16 @@ class ForwardTimer:
         if not self.cuda:
             return self._cpu_seconds
         return sum(start.elapsed_time(end) for start, end in self._events if end is not None) / 1000.0
+
+    def take(self) -> float:
+        """Seconds inside forwards since the last ``take`` (rows in flight split each step's among its rows), read
+        once the device is idle; each call reads only the forwards since the last."""
+        if not self.cuda:
+            taken, self._taken_seconds = self._cpu_seconds - self._taken_seconds, self._cpu_seconds
+            return taken
+        new = self._events[self._taken_events:]
+        self._taken_events = len(self._events)
+        return sum(start.elapsed_time(end) for start, end in new if end is not None) / 1000.0
 
 
 def timed_network(adapter: Any, config: Any) -> torch.nn.Module | tuple[torch.nn.Module, ...] | None:

@@ -5,18 +5,23 @@ The decoder speaks the cache protocol every native decoder speaks (``network.new
 batch carries no padding in its cache, rows at different lengths share one forward, and a row that ends leaves the
 cache (``select_rows``), so the forwards that follow do no work for it. transformers' causal LMs speak the same
 protocol through ``TransformersCausalLM`` (models/networks/hf_causal.py).
+
+Each row is a small state machine (what it feeds next, what it generated) and one batched step drives them all, so
+rows in flight (``ar_stream``: a waiting prompt takes the row of the first to finish) and a static batch
+(``ar_generate``: every prompt in flight from the start) are the same loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Sequence
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
-                                      require_filled, token_id_field)
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
+                                      cut_after_eos, require_filled, token_id_field)
 from models.decoders.sampling import Draws, check_inputs, row_generators
 
 
@@ -62,84 +67,107 @@ def next_tokens(logits: torch.Tensor, sampling: ARConfig, generator: torch.Gener
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def prompt_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> list[list[int]]:
-    """Each row's real tokens, in order (one read of the batch)."""
-    ids = input_ids.tolist()
-    if attention_mask is None:
-        return ids
-    return [[t for t, real in zip(row, mask) if real] for row, mask in zip(ids, attention_mask.tolist())]
+@dataclass
+class _Row:
+    """One prompt in flight: what it feeds next, what it generated, the forwards it took part in and its share of
+    them (a forward of n rows costs each 1/n)."""
+
+    index: int
+    feed: list[int]
+    generator: torch.Generator | None
+    generated: list[int] = field(default_factory=list)
+    share: float = 0.0
+
+    def result(self, eos_ids: Sequence[int]) -> DecodeResult:
+        kept, found = cut_after_eos(self.generated, eos_ids)
+        return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=len(self.generated))
 
 
-def prefill(network: Any, prompts: list[list[int]], capacity: int, pad_id: int,
-            device: torch.device) -> tuple[Any, torch.Tensor]:
-    """A new cache holding every prompt at its own length, and the logits [B, vocab] after each prompt's last
-    token. The prompts go in right-padded (a real token never sees a later pad), the pads then dropped."""
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([p + [pad_id] * (width - len(p)) for p in prompts], device=device)
-    last = torch.tensor([row * width + len(p) - 1 for row, p in enumerate(prompts)], device=device)
-    cache = network.new_cache(len(prompts), capacity)
+def forward_rows(network: Any, cache: Any, feeds: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """One forward of every cache row's ``feeds`` (a prompt, or the last token), right-padded into one [B, L] call
+    whose pads are then dropped from the cache; the logits [B, vocab] after each row's last fed token."""
+    width, starts = max(map(len, feeds)), list(cache.lengths)
+    if width == 1:
+        return network.causal_forward(torch.tensor(feeds, device=device), cache)[:, -1]
+    ids = torch.tensor([f + [pad_id] * (width - len(f)) for f in feeds], device=device)
+    last = torch.tensor([row * width + len(f) - 1 for row, f in enumerate(feeds)], device=device)
     logits = network.causal_forward(ids, cache, read=last)
-    for row, prompt in enumerate(prompts):
-        cache.truncate(row, len(prompt))
-    return cache, logits
+    for row, (start, f) in enumerate(zip(starts, feeds)):
+        if len(f) < width:
+            cache.truncate(row, start + len(f))
+    return logits
+
+
+def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_rows: int,
+              row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight: at most ``max_rows`` prompts decode together, one forward per step; a row leaves the cache
+    at its end of sequence and a waiting prompt takes a row at the next step, its prefill in that step's forward
+    beside the others' single tokens. With ``row_seeds`` a sampling row draws from its own generator (the same
+    tokens as alone); without, the rows in a step share one (torch's global stream unless ``cfg.seed``)."""
+    require_filled(cfg, "ar")
+    validate_ar_config(cfg)
+    if max_rows < 1:
+        raise ValueError(f"ar: max_rows must be at least 1, got {max_rows}")
+    if not prompts:
+        return
+    device, eos = prompts[0].device, set(cfg.eos_ids)
+    lengths = [int(p.shape[0]) for p in prompts]
+    if min(lengths) == 0:
+        raise ValueError("ar: every prompt needs at least one token")
+    flat = torch.cat(list(prompts)).tolist()  # every prompt read once, together
+    bounds = [0, *itertools.accumulate(lengths)]
+    host = [flat[a:b] for a, b in zip(bounds, bounds[1:])]
+    generators = row_generators(row_seeds, len(prompts), device) if cfg.do_sample else None
+    shared = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.do_sample and cfg.seed is not None \
+        else None
+    # with prompts waiting, a row near its end can share a forward with a new prompt's prefill, padded to its width
+    headroom = max(lengths) if max_rows < len(prompts) else 0
+    cache = network.new_cache(0, max(lengths) + cfg.max_new_tokens + headroom)
+    waiting, rows = list(range(len(prompts)))[::-1], []
+    while waiting or rows:
+        admitted = [waiting.pop() for _ in range(min(max_rows - len(rows), len(waiting)))]
+        if admitted:
+            cache.admit(len(admitted))
+            rows += [_Row(i, host[i], None if generators is None else generators[i]) for i in admitted]
+        logits = forward_rows(network, cache, [r.feed for r in rows], cfg.pad_id, device)
+        draws = Draws(shared, None if generators is None else tuple(r.generator for r in rows))
+        for row, token in zip(rows, draws.by_row(next_tokens, (logits,), cfg).tolist()):
+            row.generated.append(token)
+            row.feed = [token]
+            row.share += 1 / len(rows)
+        ended = [r.generated[-1] in eos or len(r.generated) == cfg.max_new_tokens for r in rows]
+        finished = tuple((r.index, r.result(cfg.eos_ids)) for r, end in zip(rows, ended) if end)
+        step = Step(tuple(admitted), finished, len(rows))
+        if finished:  # finished rows leave the cache and the batch
+            keep = [b for b, end in enumerate(ended) if not end]
+            cache.select_rows(keep)
+            rows = [rows[b] for b in keep]
+        yield step
 
 
 @torch.inference_mode()
 def ar_generate(network: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cfg: ARConfig,
                 row_seeds: Sequence[int] | None = None) -> DecodeOutput:
-    """Decode up to ``max_new_tokens`` per row; returns each row's ids up to and including its first eos and the
-    forwards it took part in (one per token). With ``row_seeds`` a sampling row draws from its own generator."""
-    require_filled(cfg, "ar")
-    validate_ar_config(cfg)
+    """A static batch: every row in flight from the first forward (``ar_stream`` with a row per prompt); returns
+    each row's ids up to and including its first eos and the forwards it took part in (one per token)."""
     check_inputs(input_ids, attention_mask)
-    device, eos = input_ids.device, set(cfg.eos_ids)
-    prompts = prompt_rows(input_ids, attention_mask)
-    if min(map(len, prompts)) == 0:
-        raise ValueError("ar: every row needs at least one prompt token")
-    batch = len(prompts)
-    generator = None
-    if cfg.do_sample and cfg.seed is not None:
-        generator = torch.Generator(device=device).manual_seed(cfg.seed)
-    rows = row_generators(row_seeds, batch, device) if cfg.do_sample else None
-    draws = Draws(generator, None if rows is None else tuple(rows))  # unseeded: torch's global stream
-
-    cache, logits = prefill(network, prompts, max(map(len, prompts)) + cfg.max_new_tokens, cfg.pad_id, device)
-    live = list(range(batch))  # the prompt row of each cache row
-    generated: list[list[int]] = [[] for _ in prompts]
-    widths = [batch]  # rows in each forward so far
-    while True:
-        token = draws.by_row(next_tokens, (logits,), cfg)
-        for row, t in zip(live, token.tolist()):
-            generated[row].append(t)
-        keep = [i for i, row in enumerate(live)
-                if generated[row][-1] not in eos and len(generated[row]) < cfg.max_new_tokens]
-        if not keep:
-            break
-        if len(keep) < len(live):  # finished rows leave the cache and the batch
-            cache.select_rows(keep)
-            token, live = token[keep], [live[i] for i in keep]
-            if draws.rows is not None:
-                draws = Draws(None, tuple(draws.rows[i] for i in keep))
-        logits = network.causal_forward(token[:, None], cache)[:, -1]
-        widths.append(len(live))
-    return ar_output(generated, widths, cfg, device)
-
-
-def ar_output(generated: list[list[int]], widths: list[int], cfg: ARConfig, device: torch.device) -> DecodeOutput:
-    """Row i took part in the first len(generated[i]) forwards (one token each) and paid 1/width of each."""
-    rows = []
-    for ids in generated:
-        kept, found = cut_after_eos(ids, cfg.eos_ids)
-        share = sum(1 / width for width in widths[:len(ids)])
-        rows.append(DecodeResult(token_ids=kept, nfe=share, hit_max_tokens=not found, forwards=len(ids)))
-    longest = max(map(len, generated))
-    tokens = torch.tensor([ids + [cfg.pad_id] * (longest - len(ids)) for ids in generated], device=device)
-    return DecodeOutput(rows=tuple(rows), nfe=len(widths), tokens=tokens)
+    prompts = list(input_ids) if attention_mask is None else \
+        [row[mask.bool()] for row, mask in zip(input_ids, attention_mask)]
+    results: dict[int, DecodeResult] = {}
+    steps = 0
+    for step in ar_stream(network, prompts, cfg, len(prompts), row_seeds):
+        results.update(step.finished)
+        steps += 1
+    rows = tuple(results[i] for i in range(len(prompts)))
+    longest = max(len(r.token_ids) for r in rows)
+    tokens = torch.tensor([r.token_ids + [cfg.pad_id] * (longest - len(r.token_ids)) for r in rows],
+                          device=input_ids.device)
+    return DecodeOutput(rows=rows, nfe=steps, tokens=tokens)
 
 
 def ar_at_canvas(cfg: ARConfig, canvas: int) -> ARConfig:
     return dataclasses.replace(cfg, max_new_tokens=canvas)
 
 
-AR = Decoder("ar", ARConfig, ar_generate, ar_at_canvas, validate_ar_config)
+AR = Decoder("ar", ARConfig, ar_generate, ar_at_canvas, validate_ar_config, stream=torch.inference_mode()(ar_stream))
 

@@ -83,14 +83,32 @@ Decode = Callable[[Any, torch.Tensor, "torch.Tensor | None", Any], DecodeOutput]
 
 
 @dataclass(frozen=True)
+class Step:
+    """One batched forward of a stream (rows in flight): the prompts that took free rows before it (by index), those
+    it finished with their results, and the rows it ran."""
+
+    admitted: tuple[int, ...]
+    finished: tuple[tuple[int, DecodeResult], ...]
+    rows: int
+
+
+# (network, prompts [1-D ids on the device], config, max_rows, row_seeds) -> one Step per forward: at most max_rows
+# rows in flight, a waiting prompt taking the row of the first to finish; each row's tokens and forwards are those
+# of the prompt decoded alone
+Stream = Callable[[Any, Sequence[torch.Tensor], Any, int, "Sequence[int] | None"], Iterator[Step]]
+
+
+@dataclass(frozen=True)
 class Decoder:
-    """A decoder as the adapters see it: its config class, how the canvas resolves its defaults, its checks."""
+    """A decoder as the adapters see it: its config class, how the canvas resolves its defaults, its checks, and,
+    where its rows run as state machines of their own, ``stream`` (rows in flight)."""
 
     name: str
     config_class: type
     generate: Decode
     at_canvas: Callable[[Any, int], Any]  # (config, canvas) -> config with the canvas and canvas-relative defaults
     validate: Callable[[Any], None]  # ConfigError for settings it cannot run (token ids are checked at generate)
+    stream: Stream | None = None
 
 
 def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:

@@ -43,6 +43,15 @@ class TransformersCache:
         self.live[row, columns[n:]] = False
         self.lengths[row] = n
 
+    def admit(self, n_rows: int) -> None:
+        """Append ``n_rows`` empty rows (their columns all dead) after the others."""
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None:
+                pad = layer.keys.new_zeros((n_rows, *layer.keys.shape[1:]))
+                layer.keys, layer.values = torch.cat([layer.keys, pad]), torch.cat([layer.values, pad])
+        self.live = torch.cat([self.live, self.live.new_zeros(n_rows, self.live.shape[1])])
+        self.lengths = self.lengths + [0] * n_rows
+
     def select_rows(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order)."""
         if rows == list(range(self.batch)):

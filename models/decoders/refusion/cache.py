@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Generator, Protocol
+from typing import Any, Generator, Iterator, Protocol
 
 import torch
 from torch import Tensor
@@ -330,16 +330,26 @@ def reqs_threshold(reqs: list[Request], name: str) -> float:
     return values.pop()
 
 
-def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tuple[list[Any], list[float]]:
-    """Run row programs to completion, one batched forward per round; returns their results and forwards per row
-    (each forward split evenly across the rows it ran, the harness's rule for batched calls).
+@dataclass(frozen=True)
+class Round:
+    """One forward of ``drive``: the programs that started before it, those that returned with it (index, value,
+    their share of the forwards they ran), and the rows it ran."""
+
+    started: tuple[int, ...]
+    returned: tuple[tuple[int, Any, float], ...]
+    rows: int
+
+
+def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> Iterator[Round]:
+    """Run row programs to completion, one batched forward per round (each forward split evenly across the rows it
+    ran, the harness's rule for batched calls).
 
     ``live`` lists the program index of each cache row; it is updated in place as rows finish, which is how each
     program's ``RowCache`` finds its row. Programs not in it wait, and start in order in the rows of finished ones
     (the cache row emptied), so the batch stays full while any wait; rows with none left to take leave it."""
-    results: list[Any] = [None] * len(programs)
     nfe = [0.0] * len(programs)
     waiting = [i for i in range(len(programs)) if i not in live][::-1]
+    started = tuple(live)
     pending = {i: next(programs[i]) for i in live}  # every program asks for at least one forward
     while live:
         reqs = [pending[i] for i in live]
@@ -351,15 +361,16 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tupl
         picked = stepper.forward(step, mask)
         for row, r in enumerate(reqs):
             stepper.truncate(row, lengths[row] + len(r.ids))  # pad entries are not kept
-        finished = []
-        for row, (i, reply) in enumerate(zip(live, read_logits(picked, reqs, plan, step.scored_at))):
-            nfe[i] += 1.0 / len(live)
+        finished, returned, joined, rows = [], [], [], len(live)
+        for row, (i, reply) in enumerate(zip(list(live), read_logits(picked, reqs, plan, step.scored_at))):
+            nfe[i] += 1.0 / rows
             try:
                 pending[i] = programs[i].send(reply)
             except StopIteration as stop:
-                results[i] = stop.value
+                returned.append((i, stop.value, nfe[i]))
                 if waiting:
                     live[row] = waiting.pop()
+                    joined.append(live[row])
                     stepper.empty_row(row)
                     pending[live[row]] = next(programs[live[row]])
                 else:
@@ -369,7 +380,8 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> tupl
             live[:] = [live[row] for row in keep_rows]
             if live:
                 stepper.select_rows(keep_rows)
-    return results, nfe
+        yield Round(started, tuple(returned), rows)
+        started = tuple(joined)
 
 
 class RowCache:

@@ -32,15 +32,15 @@ import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Callable, Generator, Sequence
+from typing import Callable, Generator, Iterator, Sequence
 
 import torch
 from torch import Tensor
 
-from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
-                                      require_filled, token_id_field)
-from models.decoders.refusion.cache import (NativeStepper, Reply, Request, RowCache, RowProgram, TransformersStepper,
-                                            drive)
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
+                                      cut_after_eos, require_filled, token_id_field)
+from models.decoders.refusion.cache import (NativeStepper, Reply, Request, Round, RowCache, RowProgram,
+                                            TransformersStepper, drive)
 from models.decoders.sampling import make_generator
 
 
@@ -200,14 +200,14 @@ def _row_config(cfg: RefusionConfig, row_seeds: Sequence[int] | None, row: int) 
 
 
 @torch.no_grad()
-def refusion_decode_rows(
+def refusion_rounds(
     model: torch.nn.Module,
     prompts: list[torch.Tensor],
     cfg: RefusionConfig,
     on_commit: Callable[[CommitEvent], None] | None = None,
     row_seeds: Sequence[int] | None = None,
     max_rows: int | None = None,
-) -> list[RefusionTrace]:
+) -> Iterator[Round]:
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
     A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes in one preallocated buffer of
@@ -217,7 +217,7 @@ def refusion_decode_rows(
     require_filled(cfg, "refusion")
     validate_refusion_config(cfg)
     if not prompts:
-        return []
+        return
     for prompt in prompts:
         _check_prompt(prompt)
     device = prompts[0].device
@@ -233,8 +233,32 @@ def refusion_decode_rows(
     live = list(range(rows))
     programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, i), i,
                              on_commit, device) for i in range(len(prompts))]
-    results, nfe = drive(stepper, programs, live)
-    return [dataclasses.replace(result, nfe=n) for result, n in zip(results, nfe)]
+    yield from drive(stepper, programs, live)
+
+
+def refusion_decode_rows(
+    model: torch.nn.Module,
+    prompts: list[torch.Tensor],
+    cfg: RefusionConfig,
+    on_commit: Callable[[CommitEvent], None] | None = None,
+    row_seeds: Sequence[int] | None = None,
+    max_rows: int | None = None,
+) -> list[RefusionTrace]:
+    """Every prompt decoded (``refusion_rounds``), its trace's ``nfe`` its share of the forwards it ran."""
+    traces: list[RefusionTrace] = [None] * len(prompts)  # type: ignore[list-item]
+    for round_ in refusion_rounds(model, prompts, cfg, on_commit, row_seeds, max_rows):
+        for i, trace, share in round_.returned:
+            traces[i] = dataclasses.replace(trace, nfe=share)
+    return traces
+
+
+def refusion_stream(network: torch.nn.Module, prompts: Sequence[torch.Tensor], cfg: RefusionConfig, max_rows: int,
+                    row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight for the harness (``Decoder.stream``): one ``Step`` per round."""
+    for round_ in refusion_rounds(network, list(prompts), cfg, row_seeds=row_seeds, max_rows=max_rows):
+        finished = tuple((i, dataclasses.replace(trace, nfe=share).to_decode_result())
+                         for i, trace, share in round_.returned)
+        yield Step(round_.started, finished, round_.rows)
 
 
 def _row_program(prompt: list[int], cfg: RefusionConfig, cache: RowCache, row: int,
@@ -403,4 +427,5 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrac
     )
 
 
-REFUSION = Decoder("refusion", RefusionConfig, refusion_generate, refusion_at_canvas, validate_refusion_config)
+REFUSION = Decoder("refusion", RefusionConfig, refusion_generate, refusion_at_canvas, validate_refusion_config,
+                   stream=refusion_stream)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from models.decoders.ar import ARConfig, ar_generate
+from models.decoders.ar import ARConfig, ar_generate, ar_stream
 from models.networks.hf_causal import TransformersCausalLM
 from models.networks.loading import load_network
 from models.tiny import materialize
@@ -184,3 +184,47 @@ def test_compiled_native_network_gives_the_eager_tokens(qwen3, monkeypatch):
     eager = [r.token_ids for r in run(native, RAGGED[:4], 12).rows]
     assert [r.token_ids for r in run(compiled.CompiledNetwork(native), RAGGED[:4], 12).rows] == eager
     torch._dynamo.reset()
+
+
+def stream(network, prompts: list[list[int]], steps: int, eos, max_rows: int, sampling=ARConfig(), row_seeds=None):
+    """Rows in flight: each prompt's result, and the rows of every forward."""
+    cfg = dataclasses.replace(sampling, max_new_tokens=steps, eos_ids=tuple(eos), pad_id=0)
+    finished, widths, in_flight = {}, [], set()
+    with torch.inference_mode():
+        for step in ar_stream(network, [torch.tensor(p) for p in prompts], cfg, max_rows, row_seeds):
+            in_flight |= set(step.admitted)
+            assert step.rows == len(in_flight) <= max_rows
+            widths.append(step.rows)
+            for i, result in step.finished:
+                assert i not in finished
+                finished[i] = result
+                in_flight.remove(i)
+    return [finished[i] for i in range(len(prompts))], widths
+
+
+@pytest.mark.parametrize("max_rows", [1, 3, 8])
+def test_rows_in_flight_equal_each_request_alone(network, max_rows):
+    """More requests than rows, mixed prompt lengths, end-of-sequence early in some rows and late or never in
+    others: every row's tokens and forwards are its decode alone's, whenever it was admitted."""
+    prompts = RAGGED + [[77, 78], [5] * 7, [200, 201, 202]]
+    free = [run(network, [p], 18).rows[0].token_ids for p in prompts]
+    eos = (free[0][3], free[4][9])  # one row ends early, one late; others where these ids happen to fall
+    alone = [run(network, [p], 18, eos=eos).rows[0] for p in prompts]
+    assert len({len(r.token_ids) for r in alone}) > 2, "rows should end at different steps"
+    rows, widths = stream(network, prompts, 18, eos, max_rows)
+    assert [r.token_ids for r in rows] == [r.token_ids for r in alone]
+    assert [r.forwards for r in rows] == [r.forwards for r in alone]
+    assert sum(r.nfe for r in rows) == pytest.approx(len(widths))  # each forward's cost split across its rows
+    if max_rows < len(prompts):  # a waiting request takes the first free row: the rows stay full while any wait
+        waiting_steps = len(widths) - sum(1 for w in widths if w < max_rows)
+        assert waiting_steps >= len(prompts) // max_rows
+
+
+def test_rows_in_flight_sample_each_requests_own_draws(qwen3):
+    sampling = ARConfig(do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    native = load_network(qwen3[1], "qwen3", dtype=torch.float32)
+    seeds = list(range(100, 100 + len(RAGGED)))
+    rows, _ = stream(native, RAGGED, 16, (EOS_NEVER,), 3, sampling, seeds)
+    alone = [run(native, [p], 16, sampling=sampling, row_seeds=[seed]).rows[0].token_ids
+             for p, seed in zip(RAGGED, seeds)]
+    assert [r.token_ids for r in rows] == alone

@@ -225,3 +225,25 @@ def test_dense_mask_follows_the_visibility_rule():
     key_len = max(lengths) + width
     expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
     assert torch.equal(dense_mask(request_windows(reqs, lengths, width), torch.device("cpu")), expected)
+
+
+def test_stream_reports_each_round_and_each_prompt_once():
+    """``refusion_stream`` (the harness's rows in flight): a prompt is admitted once, before its first round, and
+    finished once, with its decode alone's tokens and forwards; no round runs more than ``max_rows`` rows."""
+    from models.decoders.refusion.decoder import refusion_stream
+
+    net, c = ScriptedNative(120, seed=3), cfg()
+    batch = prompts([3, 9, 5, 14, 1, 7, 4])
+    singles = [refusion_decode_row(net, p[None], c) for p in batch]
+    admitted, finished, in_flight = [], {}, set()
+    for step in refusion_stream(net, batch, c, 3):
+        admitted += step.admitted
+        in_flight |= set(step.admitted)
+        assert step.rows == len(in_flight) <= 3
+        for i, result in step.finished:
+            assert i in in_flight and i not in finished
+            finished[i] = result
+            in_flight.remove(i)
+    assert sorted(admitted) == list(range(len(batch))) and not in_flight
+    assert [finished[i].token_ids for i in range(len(batch))] == [o.token_ids for o in singles]
+    assert [finished[i].forwards for i in range(len(batch))] == [o.forwards for o in singles]
