@@ -15,10 +15,12 @@ humaneval       pass@1,create_test                                              
 mbpp            pass_at_1,none                                                   -
 humaneval_plus  pass@1,plus; pass@1,base                                         -
 mbpp_plus       pass@1,plus; pass@1,base                                         -
+livecodebench   pass@1,none (also ``livecodebench_v5``, ``livecodebench_v6``)    difficulty
 ==============  ==============================================================  ================================
 
 The last two are not in the paper: HumanEval+ and MBPP+ (evalplus) with the paper's HumanEval and MBPP prompts and
-extraction, scored on evalplus's base and extra tests (tasks/evalplus/plus_tasks.py).
+extraction, scored on evalplus's base and extra tests (tasks/evalplus/plus_tasks.py). The LiveCodeBench tasks
+(tasks/livecodebench/) follow lcb_runner: the whole release_v6, or the v5 and v6 contest-date windows.
 
 Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
 code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
@@ -37,6 +39,7 @@ from tasks.gpqa import GPQA
 from tasks.gsm8k import GSM8K
 from tasks.hendrycks_math import HendrycksMath
 from tasks.humaneval import HumanEval
+from tasks.livecodebench.task import WHOLE_V6, WINDOW_V5, WINDOW_V6, LiveCodeBench
 from tasks.mbpp import MBPP
 from tasks.mmlu_pro import MMLUPro
 
@@ -52,11 +55,22 @@ TASKS: dict[str, Callable[[], Task]] = {
     # Beyond the paper: evalplus's HumanEval+ and MBPP+.
     "humaneval_plus": HumanEvalPlus,
     "mbpp_plus": MBPPPlus,
+    # The benchmarks of the 2026 diffusion-LLM papers.
+    "livecodebench": lambda: LiveCodeBench("livecodebench", WHOLE_V6),
+    "livecodebench_v5": lambda: LiveCodeBench("livecodebench_v5", WINDOW_V5),
+    "livecodebench_v6": lambda: LiveCodeBench("livecodebench_v6", WINDOW_V6),
 }
 
 
 # The seven benchmarks of the ReFusion paper, in its column order: what ``--tasks all`` runs.
 PAPER_TASKS = ("mmlu_pro", "arc_challenge", "gsm8k", "math", "gpqa", "humaneval", "mbpp")
+
+# Names that stand for several tasks on ``--tasks``: ``all`` the paper's seven, ``dllm-2026`` the benchmarks the
+# 2026 diffusion-LLM papers report.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "all": PAPER_TASKS,
+    "dllm-2026": ("livecodebench_v6",),
+}
 
 
 def task_names() -> list[str]:

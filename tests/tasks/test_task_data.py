@@ -96,7 +96,9 @@ def test_the_local_layout_names():
         "mmlu_pro": "mmlu_pro/test.jsonl", "arc_challenge": "arc_challenge/test.jsonl", "gsm8k": "gsm8k/test.jsonl",
         "math": "math/test.jsonl", "gpqa": "gpqa/gpqa_main.jsonl", "humaneval": "humaneval/HumanEval.jsonl.gz",
         "mbpp": "mbpp/mbpp.jsonl", "humaneval_plus": "humaneval_plus/HumanEvalPlus.jsonl.gz",
-        "mbpp_plus": "mbpp_plus/MbppPlus.jsonl.gz"}
+        "mbpp_plus": "mbpp_plus/MbppPlus.jsonl.gz", "livecodebench": "livecodebench/test.jsonl .. test6.jsonl",
+        "livecodebench_v5": "livecodebench/test.jsonl .. test5.jsonl",
+        "livecodebench_v6": "livecodebench/test.jsonl .. test6.jsonl"}
 
 
 class FakeHub:
