@@ -350,7 +350,6 @@ def print_targets(results: list[Measurement]) -> None:
 
 # ---- the autoregressive baseline on the native network ----------------------------------------------------------
 AR_BATCHES = (1, 8)
-AR_CANVAS = 256
 AR_TARGET = 1.0  # native AR tokens/s over transformers' generate, at each batch
 
 
@@ -376,16 +375,16 @@ def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], args: ar
     """The native AR decoder against transformers' ``generate`` (greedy, its own cache) on the same weights, at
     batch 1 and 8 on ragged prompts: tokens compared, tokens/s side by side in interleaved rounds (order flipped
     every other round); then ReFusion against AR on that same native network at canvas 512 and 1024."""
-    native, no_eos = native_copy(hf), args.vocab
-    cfg = ARConfig(max_new_tokens=AR_CANVAS, eos_ids=(no_eos,), pad_id=0)
-    print(f"AR baseline, canvas {AR_CANVAS}: native network (KVBuffer) vs transformers' generate (DynamicCache), "
+    native, no_eos, canvas = native_copy(hf), args.vocab, args.ar_canvas
+    cfg = ARConfig(max_new_tokens=canvas, eos_ids=(no_eos,), pad_id=0)
+    print(f"AR baseline, canvas {canvas}: native network (KVBuffer) vs transformers' generate (DynamicCache), "
           f"median tokens/s of {args.rounds} interleaved rounds [min-max]")
     for batch in AR_BATCHES:
         ids, mask = ragged_batch(prompts, batch, 0)
         sides = {
             "native": lambda: [r.token_ids for r in ar_generate(native, ids, mask, cfg).rows],
-            "generate": lambda: hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=AR_CANVAS,
-                                            min_new_tokens=AR_CANVAS, eos_token_id=no_eos, pad_token_id=0
+            "generate": lambda: hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=canvas,
+                                            min_new_tokens=canvas, eos_token_id=no_eos, pad_token_id=0
                                             )[:, ids.shape[1]:].tolist(),
         }
         same = sides["native"]() == sides["generate"]()  # also the warm-up
@@ -393,7 +392,7 @@ def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], args: ar
         for round_ in range(args.rounds):
             for name in (list(sides) if round_ % 2 == 0 else list(sides)[::-1]):
                 _, seconds = timed(args.device, sides[name])
-                rates[name].append(batch * AR_CANVAS / seconds)
+                rates[name].append(batch * canvas / seconds)
         median = {name: statistics.median(r) for name, r in rates.items()}
         ratio = median["native"] / median["generate"]
         verdict = "PASS" if same and ratio >= AR_TARGET else "FAIL"
@@ -403,8 +402,8 @@ def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], args: ar
               f"tokens {'identical' if same else 'DIFFER'}")
     rows = decoder_rows(args)
     print("ReFusion and AR on the same native network (batch 1):")
-    print_table(measure("native", native, rows, prompts, 512, args.device, args.rounds)
-                + measure("native", native, rows, prompts, 1024, args.device, args.rounds), rows)
+    print_table([m for c in args.ar_refusion_canvas
+                 for m in measure("native", native, rows, prompts, c, args.device, args.rounds)], rows)
 
 
 def main() -> None:
@@ -422,6 +421,9 @@ def main() -> None:
     parser.add_argument("--block-length", type=int, default=128, help="serial block length (canvas // blocks)")
     parser.add_argument("--networks", nargs="*", default=["random", "confident"], choices=["random", "confident"],
                         help="the ReFusion and AR rows' networks (none: only the diffusion rows)")
+    parser.add_argument("--ar-canvas", type=int, default=256, help="canvas of the native AR vs generate rows")
+    parser.add_argument("--ar-refusion-canvas", type=int, nargs="*", default=[512, 1024],
+                        help="canvases of ReFusion against AR on the same native network")
     parser.add_argument("--diffusion-canvas", type=int, default=512, help="canvas of the LLaDA/Dream rows (0: skip)")
     parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
     parser.add_argument("--families", nargs="+", default=["ar", "llada", "dream", "block", "diffusiongemma"],
