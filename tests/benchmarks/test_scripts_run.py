@@ -71,7 +71,8 @@ def test_benchmark_script_runs_and_prints_its_verdicts(script, tmp_path):
     arguments, expected = RUNS[script]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     path = REPO / "benchmarks" / f"{script.split()[0]}.py"  # a key is the script's name, then what tells runs apart
-    done = subprocess.run([sys.executable, str(path), *arguments], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, str(path), *arguments], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     missing = [pattern for pattern in expected if not any(re.search(pattern, line) for line in lines)]
