@@ -249,3 +249,36 @@ def test_real_release_when_present(shared_data: Path) -> None:
     task = make_task("livecodebench_v6")
     docs = task.docs(task.load("auto", shared_data).records)
     assert docs and all(problem(doc.data).tests for doc in docs)
+
+
+def test_hub_reads_the_release_files_of_the_dataset_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--data hub`` asks huggingface_hub for each release file of the dataset repo (cache only when offline)."""
+    import huggingface_hub
+
+    folder = write_release(tmp_path, {f"test{i if i > 1 else ''}.jsonl": [f"2025-0{i}-02"] for i in range(1, 7)})
+    calls = []
+
+    def fake_download(repo_id: str, filename: str, repo_type: str, local_files_only: bool) -> str:
+        calls.append((repo_id, filename, repo_type, local_files_only))
+        return str(folder / "livecodebench" / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loaded = load(WINDOW_V5, "hub", None)
+    assert calls == [("livecodebench/code_generation_lite", name, "dataset", True)
+                     for name in release_files("release_v5")]
+    assert loaded.source == "hub"
+    assert loaded.location == "livecodebench/code_generation_lite/release_v5 [2024-08-01 .. 2025-02-01]"
+    assert [r["contest_date"] for r in loaded.records] == ["2025-01-02T00:00:00"]  # the others are past the window
+
+
+def test_hub_failure_says_how_to_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub
+
+    def missing(*args: object, **kwargs: object) -> str:
+        raise FileNotFoundError("not cached")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", missing)
+    with pytest.raises(DataError, match="livecodebench/code_generation_lite/test.jsonl.*--data fixtures"):
+        load(WINDOW_V6, "hub", None)
+    assert [r["question_id"] for r in load(WINDOW_V6, "auto", None).records] == ["fix003_b", "adjacent-pair-sums"]
