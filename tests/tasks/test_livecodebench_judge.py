@@ -221,7 +221,6 @@ def test_functional_conventions(fixture_problems: dict[str, Problem]) -> None:
     assert statuses == ["passed", "error", "failed", "no_code"]
 
 
-@pytest.mark.slow
 def test_default_timeout_is_six_seconds(fixture_problems: dict[str, Problem]) -> None:
     """With lcb_runner's default per-test timeout, 5 s of work passes and an endless loop times out."""
     pace = "import time\nt = time.time()\nwhile time.time() - t < 4.5:\n    pass\n" + STDIN_SUM_MAX
