@@ -69,11 +69,10 @@ def next_tokens(logits: torch.Tensor, sampling: ARConfig, generator: torch.Gener
 
 @dataclass
 class _Row:
-    """One prompt in flight: what it feeds next, what it generated, the forwards it took part in and its share of
-    them (a forward of n rows costs each 1/n)."""
+    """One prompt in flight: what it generated (its last token is what it feeds next), and its share of the network
+    calls it took part in (a call on n rows costs each 1/n)."""
 
     index: int
-    feed: list[int]
     generator: torch.Generator | None
     generated: list[int] = field(default_factory=list)
     share: float = 0.0
@@ -83,27 +82,34 @@ class _Row:
         return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=len(self.generated))
 
 
-def forward_rows(network: Any, cache: Any, feeds: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
-    """One forward of every cache row's ``feeds`` (a prompt, or the last token), right-padded into one [B, L] call
-    whose pads are then dropped from the cache; the logits [B, vocab] after each row's last fed token."""
-    width, starts = max(map(len, feeds)), list(cache.lengths)
-    if width == 1:
-        return network.causal_forward(torch.tensor(feeds, device=device), cache)[:, -1]
-    ids = torch.tensor([f + [pad_id] * (width - len(f)) for f in feeds], device=device)
-    last = torch.tensor([row * width + len(f) - 1 for row, f in enumerate(feeds)], device=device)
+def prefill(network: Any, prompts: list[list[int]], capacity: int, pad_id: int,
+            device: torch.device) -> tuple[Any, torch.Tensor]:
+    """A new cache holding every prompt at its own length, and the logits [B, vocab] after each prompt's last token.
+    The prompts go in right-padded (a real token never sees a later pad), the pads then dropped."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([p + [pad_id] * (width - len(p)) for p in prompts], device=device)
+    last = torch.tensor([row * width + len(p) - 1 for row, p in enumerate(prompts)], device=device)
+    cache = network.new_cache(len(prompts), capacity)
     logits = network.causal_forward(ids, cache, read=last)
-    for row, (start, f) in enumerate(zip(starts, feeds)):
-        if len(f) < width:
-            cache.truncate(row, start + len(f))
-    return logits
+    for row, prompt in enumerate(prompts):
+        cache.truncate(row, len(prompt))
+    return cache, logits
+
+
+def next_logits(network: Any, cache: Any, rows: list[_Row], device: torch.device) -> torch.Tensor:
+    """One forward of every row's last token, each row's share of it counted; the logits [B, vocab] after it."""
+    for row in rows:
+        row.share += 1 / len(rows)
+    return network.causal_forward(torch.tensor([[r.generated[-1]] for r in rows], device=device), cache)[:, -1]
 
 
 def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_rows: int,
               row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight: at most ``max_rows`` prompts decode together, one forward per step; a row leaves the cache
-    at its end of sequence and a waiting prompt takes a row at the next step, its prefill in that step's forward
-    beside the others' single tokens. With ``row_seeds`` a sampling row draws from its own generator (the same
-    tokens as alone); without, the rows in a step share one (torch's global stream unless ``cfg.seed``)."""
+    """Rows in flight: at most ``max_rows`` prompts decode together, one forward of a token each per step; a row
+    leaves the cache at its end of sequence and a waiting prompt takes a row at the next step, prefilled in a forward
+    of its own (beside the others' it would widen theirs to its prompt) whose cache rows then join the batch. With
+    ``row_seeds`` a sampling row draws from its own generator (the same tokens as alone); without, the rows in a
+    step share one (torch's global stream unless ``cfg.seed``)."""
     require_filled(cfg, "ar")
     validate_ar_config(cfg)
     if max_rows < 1:
@@ -120,21 +126,23 @@ def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_
     generators = row_generators(row_seeds, len(prompts), device) if cfg.do_sample else None
     shared = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.do_sample and cfg.seed is not None \
         else None
-    # with prompts waiting, a row near its end can share a forward with a new prompt's prefill, padded to its width
-    headroom = max(lengths) if max_rows < len(prompts) else 0
-    cache = network.new_cache(0, max(lengths) + cfg.max_new_tokens + headroom)
-    waiting, rows = list(range(len(prompts)))[::-1], []
+    capacity = max(lengths) + cfg.max_new_tokens
+    cache, waiting, rows = None, list(range(len(prompts)))[::-1], []
     while waiting or rows:
         admitted = [waiting.pop() for _ in range(min(max_rows - len(rows), len(waiting)))]
-        if admitted:
-            cache.admit(len(admitted))
-            rows += [_Row(i, host[i], None if generators is None else generators[i]) for i in admitted]
-        logits = forward_rows(network, cache, [r.feed for r in rows], cfg.pad_id, device)
+        logits = next_logits(network, cache, rows, device) if rows else None
+        if admitted:  # their prefill apart, so the rows in flight keep one-token forwards
+            joining, first = prefill(network, [host[i] for i in admitted], capacity, cfg.pad_id, device)
+            if cache is None:
+                cache = joining
+            else:
+                cache.admit(joining)
+            logits = first if logits is None else torch.cat([logits, first])
+            rows += [_Row(i, None if generators is None else generators[i], share=1 / len(admitted))
+                     for i in admitted]
         draws = Draws(shared, None if generators is None else tuple(r.generator for r in rows))
         for row, token in zip(rows, draws.by_row(next_tokens, (logits,), cfg).tolist()):
             row.generated.append(token)
-            row.feed = [token]
-            row.share += 1 / len(rows)
         ended = [r.generated[-1] in eos or len(r.generated) == cfg.max_new_tokens for r in rows]
         finished = tuple((r.index, r.result(cfg.eos_ids)) for r, end in zip(rows, ended) if end)
         step = Step(tuple(admitted), finished, len(rows))

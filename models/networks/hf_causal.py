@@ -43,14 +43,18 @@ class TransformersCache:
         self.live[row, columns[n:]] = False
         self.lengths[row] = n
 
-    def admit(self, n_rows: int) -> None:
-        """Append ``n_rows`` empty rows (their columns all dead) after the others."""
-        for layer in self.cache.layers:
-            if getattr(layer, "keys", None) is not None:
-                pad = layer.keys.new_zeros((n_rows, *layer.keys.shape[1:]))
-                layer.keys, layer.values = torch.cat([layer.keys, pad]), torch.cat([layer.values, pad])
-        self.live = torch.cat([self.live, self.live.new_zeros(n_rows, self.live.shape[1])])
-        self.lengths = self.lengths + [0] * n_rows
+    def admit(self, rows: "TransformersCache") -> None:
+        """Append the rows of ``rows`` (prefilled apart) after the others: the shorter side's columns are padded
+        with dead ones, so each row keeps its entries at their columns."""
+        if not self.batch:
+            self.cache, self.live, self.lengths = rows.cache, rows.live, list(rows.lengths)
+            return
+        width = max(self.live.shape[1], rows.live.shape[1])
+        for mine, theirs in zip(self.cache.layers, rows.cache.layers):
+            mine.keys, mine.values = (torch.cat([widened(a, width), widened(b, width)])
+                                      for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)))
+        self.live = torch.cat([widened(self.live, width), widened(rows.live, width)])
+        self.lengths = self.lengths + rows.lengths
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order)."""
@@ -60,6 +64,18 @@ class TransformersCache:
         self.cache.batch_select_indices(index)
         self.live = self.live.index_select(0, index)
         self.lengths = [self.lengths[r] for r in rows]
+
+
+def widened(x: Tensor, width: int) -> Tensor:
+    """``x`` with zero (dead) columns appended up to ``width`` along its column axis (2 for keys and values
+    [B, H, T, D], 1 for the live mask [B, T])."""
+    axis = 2 if x.dim() == 4 else 1
+    missing = width - x.shape[axis]
+    if not missing:
+        return x
+    shape = list(x.shape)
+    shape[axis] = missing
+    return torch.cat([x, x.new_zeros(shape)], dim=axis)
 
 
 class TransformersCausalLM(nn.Module):

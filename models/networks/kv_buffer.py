@@ -160,12 +160,14 @@ class KVBuffer:
         self.kv = self.kv.index_select(2, index)
         self.lengths = [self.lengths[r] for r in rows]
 
-    def admit(self, n_rows: int) -> None:
-        """Append ``n_rows`` empty rows after the others (new requests joining a running batch)."""
-        shape = list(self.kv.shape)
-        shape[2] = n_rows
-        self.kv = torch.cat((self.kv, self.kv.new_zeros(shape)), dim=2)
-        self.lengths = self.lengths + [0] * n_rows
+    def admit(self, rows: "KVBuffer") -> None:
+        """Append the rows of ``rows`` (a buffer of the same shape per row) after the others, their entries as they
+        are: requests prefilled apart join a running batch without widening its forward to their prompts."""
+        if rows.kv.shape[:2] + rows.kv.shape[3:] != self.kv.shape[:2] + self.kv.shape[3:]:
+            raise ValueError(f"cannot admit rows of a buffer shaped {list(rows.kv.shape)} into one shaped "
+                             f"{list(self.kv.shape)}")
+        self.kv = torch.cat((self.kv, rows.kv), dim=2)
+        self.lengths = self.lengths + rows.lengths
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""

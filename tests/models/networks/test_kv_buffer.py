@@ -60,13 +60,16 @@ def test_truncate_all_trims_every_row_or_none():
     assert cache.lengths == [0, 0]
 
 
-def test_admit_appends_empty_rows_that_take_entries_like_the_others():
-    cache = buffer([3, 5])
-    before = cache.kv.clone()
-    cache.admit(2)
-    assert cache.batch == 4 and cache.lengths == [3, 5, 0, 0] and cache.kv.shape[2] == 4
-    assert torch.equal(cache.kv[:, :, :2], before) and not cache.kv[:, :, 2:].any()
+def test_admit_appends_the_rows_of_another_buffer_that_take_entries_like_the_others():
+    cache, joining = buffer([3, 5]), buffer([4, 0])
+    before, theirs = cache.kv.clone(), joining.kv.clone()
+    cache.admit(joining)
+    assert cache.batch == 4 and cache.lengths == [3, 5, 4, 0] and cache.kv.shape[2] == 4
+    assert torch.equal(cache.kv[:, :, :2], before) and torch.equal(cache.kv[:, :, 2:], theirs)
     with cache.claim(2, keep=2) as plan:
         cache.store(0, plan, entries(2, 9.0, 4), entries(2, -9.0, 4))
-    assert cache.lengths == [5, 7, 2, 2]
+    assert cache.lengths == [5, 7, 6, 2]
     assert (cache.row_kv(3)[0][0] == 9).all() and torch.equal(cache.row_kv(0)[0][0][:, :, :3], before[0, 0, :1, :, :3])
+    assert torch.equal(cache.row_kv(2)[0][0][:, :, :4], theirs[0, 0, :1, :, :4])
+    with pytest.raises(ValueError, match="cannot admit"):
+        cache.admit(KVBuffer(1, 1, 3, 1, 4, torch.float32, "cpu"))

@@ -1,0 +1,166 @@
+"""Rows in flight against static batches: tokens/s and per-request latency at N rows, side by side.
+
+The same requests (GSM8K test questions through the harness's prompt and the tiny checkpoint's chat template) decode
+two ways in interleaved rounds (the order flipped every other round, one torch thread on the CPU):
+  * ``static``: batches of N held until their last row finishes (``ar_generate`` / ``refusion_decode_rows`` per
+    batch), a request's latency the whole batch's time;
+  * ``continuous``: at most N rows in flight, a waiting request taking the row of the first to finish (the decoders'
+    ``stream``), a request's latency from its admission to its last token.
+Answers must end at different lengths for rows in flight to matter, and a random network ends none: the network is
+wrapped (``EndsAt``) so that every position from ``--stop`` on prefers the end-of-sequence id; an answer then ends
+where its prompt's length puts it (stop - prompt length), so lengths vary as GSM8K prompts do. Both schedules give
+every request the same tokens (checked). Targets: continuous / static tokens/s >= 1.3 for these decoders, which stop
+at end of sequence. The block-diffusion and LLaDA/Dream decoders keep no rows in flight yet, so they are not rows here.
+
+    python benchmarks/rows_in_flight.py [--data-dir ../shared/data] [--prompts 64] [--rows 8] [--canvas 128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from harness.run.runner import to_request
+from models.decoders.ar import ARConfig, ar_generate, ar_stream
+from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_rows, refusion_stream
+from models.registry import load_adapter, spec_for
+from tasks.registry import make_task
+
+TARGET = 1.3
+
+
+class EndsAt(torch.nn.Module):
+    """The native network with a large bias on ``eos`` at every position >= ``stop``, for both calls a decoder
+    makes: ``causal_forward`` (AR) and the native ``forward`` (ReFusion)."""
+
+    def __init__(self, inner: torch.nn.Module, eos: int, stop: int, bias: float = 60.0) -> None:
+        super().__init__()
+        self.inner, self.eos, self.stop, self.bias = inner, eos, stop, bias
+
+    def new_cache(self, batch: int, capacity: int):
+        return self.inner.new_cache(batch, capacity)
+
+    def _ended(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        logits[..., self.eos] += self.bias * (positions >= self.stop).to(logits.dtype)
+        return logits
+
+    def causal_forward(self, input_ids, cache, read=None):
+        length = input_ids.shape[1]
+        positions = torch.tensor(cache.lengths)[:, None] + torch.arange(length)
+        logits = self.inner.causal_forward(input_ids, cache, read=read)
+        return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
+
+    def forward(self, input_ids, position_ids, ragged=None, **kwargs):
+        logits = self.inner(input_ids, position_ids=position_ids, ragged=ragged, **kwargs)
+        positions = position_ids.expand_as(input_ids)
+        return self._ended(logits, ragged.take(positions) if ragged is not None else positions)
+
+
+def gsm8k_prompts(n: int, data_dir: Path | None, adapter) -> list[torch.Tensor]:
+    """The first ``n`` GSM8K test questions (the local split when given, else the bundled fixtures, repeated) as the
+    checkpoint's chat-templated prompt ids."""
+    task = make_task("gsm8k")
+    docs = task.docs(task.load("fixtures" if data_dir is None else "auto", data_dir).records)
+    config = adapter.make_config()
+    texts = [adapter.render(to_request(task.prompt(docs[i % len(docs)]), 0), config) for i in range(n)]
+    return [torch.tensor(adapter.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
+
+
+def static_ar(network, prompts, cfg, rows) -> tuple[list[list[int]], list[float]]:
+    tokens, latencies = [], []
+    for start in range(0, len(prompts), rows):
+        chunk = prompts[start:start + rows]
+        width = max(len(p) for p in chunk)
+        ids = torch.stack([torch.cat([p.new_zeros(width - len(p)), p]) for p in chunk])
+        mask = torch.stack([torch.cat([p.new_zeros(width - len(p)), torch.ones_like(p)]) for p in chunk])
+        began = time.perf_counter()
+        tokens += [r.token_ids for r in ar_generate(network, ids, mask, cfg).rows]
+        latencies += [time.perf_counter() - began] * len(chunk)
+    return tokens, latencies
+
+
+def static_refusion(network, prompts, cfg, rows) -> tuple[list[list[int]], list[float]]:
+    tokens, latencies = [], []
+    for start in range(0, len(prompts), rows):
+        began = time.perf_counter()
+        tokens += [t.token_ids for t in refusion_decode_rows(network, prompts[start:start + rows], cfg)]
+        latencies += [time.perf_counter() - began] * len(prompts[start:start + rows])
+    return tokens, latencies
+
+
+def continuous(stream: Callable, network, prompts, cfg, rows) -> tuple[list[list[int]], list[float]]:
+    tokens: dict[int, list[int]] = {}
+    joined: dict[int, float] = {}
+    latencies: dict[int, float] = {}
+    with torch.inference_mode():
+        step_start = time.perf_counter()
+        for step in stream(network, prompts, cfg, rows):
+            now = time.perf_counter()
+            joined.update({i: step_start for i in step.admitted})
+            for i, result in step.finished:
+                tokens[i], latencies[i] = result.token_ids, now - joined[i]
+            step_start = now
+    return [tokens[i] for i in range(len(prompts))], [latencies[i] for i in range(len(prompts))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=None, help="a folder with gsm8k/test.jsonl (default: "
+                                                                      "the bundled fixture items, repeated)")
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--canvas", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--decoders", nargs="+", default=["ar", "refusion"], choices=["ar", "refusion"])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    adapter = load_adapter(spec_for("tiny-refusion"), torch.device("cpu"), torch.float32)
+    prompts = gsm8k_prompts(args.prompts, args.data_dir, adapter)
+    lengths = sorted(len(p) for p in prompts)
+    eos, mask = adapter.tokenizer.eos_token_id, adapter.token_id("<|mask|>")
+    stop = lengths[0] + args.canvas // 2  # the shortest prompt's answer fills half the canvas, the longest's less
+    network = EndsAt(adapter.native_network, eos, stop)
+    decoders = {
+        "ar": (ARConfig(max_new_tokens=args.canvas, eos_ids=(eos,), pad_id=0), static_ar, ar_stream),
+        "refusion": (RefusionConfig(gen_length=args.canvas, slot_size=8, serial_num_blocks=args.canvas // 32,
+                                    mask_id=mask, eos_id=eos), static_refusion, refusion_stream),
+    }
+    print(f"{len(prompts)} GSM8K prompts ({'local split' if args.data_dir else 'fixture items, repeated'}) of "
+          f"{lengths[0]}-{lengths[-1]} tokens, {args.rows} rows, canvas {args.canvas}, answers end from position "
+          f"{stop}; medians [min-max] of {args.rounds} interleaved rounds, tiny-refusion's network, one thread")
+    print(f"{'decoder':<10} {'schedule':<11} {'tok/s':>8} {'[min-max]':>15} {'p50 s':>7} {'p90 s':>7}  ratio")
+    for name in args.decoders:
+        cfg, static, stream = decoders[name]
+        modes = {"static": lambda: static(network, prompts, cfg, args.rows),
+                 "continuous": lambda: continuous(stream, network, prompts, cfg, args.rows)}
+        rates: dict[str, list[float]] = {mode: [] for mode in modes}
+        latency: dict[str, list[float]] = {mode: [] for mode in modes}
+        outputs = {}
+        for round_ in range(args.rounds):
+            for mode in (list(modes) if round_ % 2 == 0 else list(modes)[::-1]):
+                began = time.perf_counter()
+                outputs[mode], latencies = modes[mode]()
+                seconds = time.perf_counter() - began
+                rates[mode].append(sum(map(len, outputs[mode])) / seconds)
+                latency[mode] = latencies
+        same = outputs["static"] == outputs["continuous"]
+        for mode in modes:
+            q = statistics.quantiles(latency[mode], n=10)
+            ratio = statistics.median(rates[mode]) / statistics.median(rates["static"])
+            print(f"{name:<10} {mode:<11} {statistics.median(rates[mode]):>8.1f} "
+                  f"{f'[{min(rates[mode]):.1f}-{max(rates[mode]):.1f}]':>15} {statistics.median(latency[mode]):>7.3f} "
+                  f"{q[8]:>7.3f}  {ratio:.2f}x")
+        ratio = statistics.median(rates["continuous"]) / statistics.median(rates["static"])
+        lengths_out = sorted(len(t) for t in outputs["continuous"])
+        verdict = "PASS" if ratio >= TARGET and same else "FAIL"
+        print(f"{verdict} {name}: continuous / static tokens/s {ratio:.2f} (target >= {TARGET}), tokens "
+              f"{'identical' if same else 'DIFFER'}, answers of {lengths_out[0]}-{lengths_out[-1]} tokens")
+
+
+if __name__ == "__main__":
+    main()
