@@ -169,6 +169,16 @@ class KVBuffer:
         self.kv = torch.cat((self.kv, rows.kv), dim=2)
         self.lengths = self.lengths + rows.lengths
 
+    @contextmanager
+    def rows(self, start: int, stop: int) -> Iterator["KVBuffer"]:
+        """Rows ``start..stop-1`` as a buffer of their own that shares this one's memory (a forward of some rows
+        alone: the others' entries neither read nor written); their lengths are taken back on exit."""
+        part = object.__new__(KVBuffer)
+        part.kv, part.lengths, part.capacity, part._cols = (self.kv[:, :, start:stop], self.lengths[start:stop],
+                                                            self.capacity, self._cols)
+        yield part
+        self.lengths[start:stop] = part.lengths
+
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
         n = self.lengths[row]

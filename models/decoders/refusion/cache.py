@@ -4,8 +4,8 @@ The decoder is written per row, as a generator that yields ``Request``s (tokens,
 to read back) and receives a ``Reply`` on the host; between requests it edits its cache row (truncate, keep chosen
 tail entries). The driver gathers the pending requests of all live rows into one forward and reads every row's
 answers with one set of ops and one transfer (``read_logits``), so N prompts decode together even when their
-buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row's cache row
-is emptied for the next waiting program, or dropped when none waits.
+buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row leaves the
+cache and a waiting program joins at its end, its first request (the prompt) in a forward of its own.
 
 Two implementations of the cache:
   * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generator, Iterator, Protocol
 
 import torch
@@ -28,6 +29,7 @@ from torch import Tensor
 from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
 from models.decoders.sampling import add_gumbel_noise
 from models.networks.grouped_attention import GroupedWindows, dense_mask
+from models.networks.kv_buffer import KVBuffer
 from models.networks.ragged import RaggedBatch
 
 
@@ -89,9 +91,10 @@ class Stepper(Protocol):
     def length(self, row: int) -> int: ...
     def forward(self, step: "StepInputs", mask: GroupedWindows | None) -> Tensor: ...
     def truncate(self, row: int, n: int) -> None: ...
-    def empty_row(self, row: int) -> None: ...
     def keep_tail(self, row: int, start: int, index: list[int]) -> None: ...
     def select_rows(self, rows: list[int]) -> None: ...
+    def admit(self, n_rows: int) -> None: ...
+    def rows(self, start: int, stop: int) -> AbstractContextManager["Stepper"]: ...
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]: ...
 
 
@@ -99,8 +102,9 @@ class NativeStepper:
     """A native network with ``new_cache``/``forward(ids, position_ids, attention_mask, cache, ragged=...)``: the
     logits at the read cells alone, the pads of a ragged batch not computed."""
 
-    def __init__(self, network: torch.nn.Module, batch: int, capacity: int) -> None:
-        self.network, self.cache = network, network.new_cache(batch, capacity)
+    def __init__(self, network: torch.nn.Module, batch: int, capacity: int, cache: KVBuffer | None = None) -> None:
+        self.network, self.capacity = network, capacity
+        self.cache = network.new_cache(batch, capacity) if cache is None else cache
         self.device = self.cache.kv.device
         # a torch.compile'd network gets tensors only: a layout's integers would be guarded on and recompiled
         self.compiled = hasattr(network, "_orig_mod")
@@ -123,11 +127,6 @@ class NativeStepper:
     def truncate(self, row: int, n: int) -> None:
         self.cache.truncate(row, n)
 
-    def empty_row(self, row: int) -> None:
-        """The row's entries and its edits not yet copied dropped, for the next program to start in."""
-        self._tails = [edit for edit in self._tails if edit[0] != row]
-        self.cache.truncate(row, 0)
-
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         """Recorded now, copied before the next forward together with every other row's: one copy per forward for
         the whole batch, not one per row."""
@@ -145,6 +144,17 @@ class NativeStepper:
         self._copy_tails()
         self.cache.select_rows(rows)
 
+    def admit(self, n_rows: int) -> None:
+        """``n_rows`` empty rows after the others, for programs joining the batch."""
+        self.cache.admit(self.network.new_cache(n_rows, self.capacity))
+
+    @contextmanager
+    def rows(self, start: int, stop: int) -> Iterator["NativeStepper"]:
+        """Rows ``start..stop-1`` as a stepper of their own over the same memory (a forward of those rows alone)."""
+        self._copy_tails()
+        with self.cache.rows(start, stop) as part:
+            yield NativeStepper(self.network, 0, self.capacity, cache=part)
+
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         self._copy_tails()
         return self.cache.row_kv(row)
@@ -153,10 +163,8 @@ class NativeStepper:
 class TransformersStepper:
     """One row on a transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits``)."""
 
-    batch = 1
-
     def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
-        self.model, self.cache, self.device = model, None, device
+        self.model, self.cache, self.device, self.batch = model, None, device, 1
 
     def length(self, row: int) -> int:
         return 0 if self.cache is None else cache_length(self.cache)
@@ -175,9 +183,6 @@ class TransformersStepper:
     def truncate(self, row: int, n: int) -> None:
         drop_last_entries(self.cache, self.length(row) - n)
 
-    def empty_row(self, row: int) -> None:
-        self.cache = None
-
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         if index == list(range(len(index))):
             return self.truncate(row, start + len(index))
@@ -188,8 +193,21 @@ class TransformersStepper:
             layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, src]], dim=2)
 
     def select_rows(self, rows: list[int]) -> None:
-        if rows != [0]:
+        if rows not in ([0], []) or rows == [0] and self.batch != 1:
             raise ValueError("the transformers path decodes one row at a time")
+        if not rows:
+            self.cache, self.batch = None, 0
+
+    def admit(self, n_rows: int) -> None:
+        if self.batch + n_rows != 1:
+            raise ValueError("the transformers path decodes one row at a time")
+        self.batch = 1
+
+    @contextmanager
+    def rows(self, start: int, stop: int) -> Iterator["TransformersStepper"]:
+        if (start, stop) != (0, 1):
+            raise ValueError("the transformers path decodes one row at a time")
+        yield self
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         return [(layer.keys.clone(), layer.values.clone()) for layer in self.cache.layers]
@@ -340,48 +358,57 @@ class Round:
     rows: int
 
 
-def drive(stepper: Stepper, programs: list[RowProgram], live: list[int]) -> Iterator[Round]:
-    """Run row programs to completion, one batched forward per round (each forward split evenly across the rows it
-    ran, the harness's rule for batched calls).
+def drive(stepper: Stepper, programs: list[RowProgram], live: list[int], max_rows: int) -> Iterator[Round]:
+    """Run row programs to completion, one batched forward per round for the rows already running (each forward
+    split evenly across the rows it ran, the harness's rule for batched calls).
 
-    ``live`` lists the program index of each cache row; it is updated in place as rows finish, which is how each
-    program's ``RowCache`` finds its row. Programs not in it wait, and start in order in the rows of finished ones
-    (the cache row emptied), so the batch stays full while any wait; rows with none left to take leave it."""
+    ``live`` lists the program index of each cache row, in order; it is updated in place as rows leave and join,
+    which is how each program's ``RowCache`` finds its row. The other programs wait: as rows finish they leave the
+    cache and as many waiting programs join at its end, at most ``max_rows`` in all. A program's first request (its
+    prompt) runs in a forward of its own beside the round's, on its cache rows alone, so the rows in flight keep
+    forwards as narrow as their own requests."""
     nfe = [0.0] * len(programs)
     waiting = [i for i in range(len(programs)) if i not in live][::-1]
-    started = tuple(live)
+    started, running = tuple(live), 0  # rows [running:] started this round
     pending = {i: next(programs[i]) for i in live}  # every program asks for at least one forward
     while live:
-        reqs = [pending[i] for i in live]
-        plan = plan_reads(reqs)
-        step = batch_inputs(reqs, plan, stepper.device)
-        lengths = [stepper.length(row) for row in range(len(live))]
-        plain = all(r.window == 0 for r in reqs)
-        mask = None if plain else request_windows(reqs, lengths, step.width)
-        picked = stepper.forward(step, mask)
-        for row, r in enumerate(reqs):
-            stepper.truncate(row, lengths[row] + len(r.ids))  # pad entries are not kept
-        finished, returned, joined, rows = [], [], [], len(live)
-        for row, (i, reply) in enumerate(zip(list(live), read_logits(picked, reqs, plan, step.scored_at))):
-            nfe[i] += 1.0 / rows
+        replies = []
+        for start, stop in ((0, running), (running, len(live))):
+            if start < stop:
+                replies += forward_rows(stepper, [pending[i] for i in live[start:stop]], start, stop)
+                for i in live[start:stop]:
+                    nfe[i] += 1.0 / (stop - start)
+        returned, rows = [], len(live)
+        for i, reply in zip(list(live), replies):
             try:
                 pending[i] = programs[i].send(reply)
             except StopIteration as stop:
                 returned.append((i, stop.value, nfe[i]))
-                if waiting:
-                    live[row] = waiting.pop()
-                    joined.append(live[row])
-                    stepper.empty_row(row)
-                    pending[live[row]] = next(programs[live[row]])
-                else:
-                    finished.append(i)
-        if finished:
-            keep_rows = [row for row, i in enumerate(live) if i not in finished]
-            live[:] = [live[row] for row in keep_rows]
-            if live:
-                stepper.select_rows(keep_rows)
+        if returned:
+            keep = [row for row, i in enumerate(live) if i not in {r[0] for r in returned}]
+            live[:] = [live[row] for row in keep]
+            stepper.select_rows(keep)
+        joined = [waiting.pop() for _ in range(min(max_rows - len(live), len(waiting)))]
+        if joined:
+            stepper.admit(len(joined))
+            live += joined
+            pending.update({i: next(programs[i]) for i in joined})
         yield Round(started, tuple(returned), rows)
-        started = tuple(joined)
+        started, running = tuple(joined), len(live) - len(joined)
+
+
+def forward_rows(stepper: Stepper, reqs: list[Request], start: int, stop: int) -> list[Reply]:
+    """One forward of cache rows ``start..stop-1`` with their requests; their replies, in order."""
+    plan = plan_reads(reqs)
+    with stepper.rows(start, stop) as part:
+        step = batch_inputs(reqs, plan, part.device)
+        lengths = [part.length(row) for row in range(stop - start)]
+        plain = all(r.window == 0 for r in reqs)
+        mask = None if plain else request_windows(reqs, lengths, step.width)
+        picked = part.forward(step, mask)
+        for row, r in enumerate(reqs):
+            part.truncate(row, lengths[row] + len(r.ids))  # pad entries are not kept
+    return read_logits(picked, reqs, plan, step.scored_at)
 
 
 class RowCache:

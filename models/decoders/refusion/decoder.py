@@ -210,10 +210,10 @@ def refusion_rounds(
 ) -> Iterator[Round]:
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
-    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes in one preallocated buffer of
-    ``max_rows`` rows (default: one per prompt): the first prompts start at once and each later one starts in the
-    row of the first to finish, so the batch stays full (continuous batching; a row's tokens do not depend on its
-    neighbours). Any other causal LM goes row by row through a transformers cache."""
+    A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes in one buffer of at most
+    ``max_rows`` rows (default: one per prompt): the first prompts start at once and each later one joins as one
+    finishes, so the batch stays full (continuous batching; a row's tokens do not depend on its neighbours). Any
+    other causal LM goes row by row through a transformers cache."""
     require_filled(cfg, "refusion")
     validate_refusion_config(cfg)
     if not prompts:
@@ -233,7 +233,7 @@ def refusion_rounds(
     live = list(range(rows))
     programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, i), i,
                              on_commit, device) for i in range(len(prompts))]
-    yield from drive(stepper, programs, live)
+    yield from drive(stepper, programs, live, rows)
 
 
 def refusion_decode_rows(
