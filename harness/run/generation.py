@@ -118,6 +118,15 @@ def generate_timed(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
     return batch.prompts, adapter.finish(batch, results), seconds, forwards.seconds()
 
 
+def generate_streamed(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
+                      rows: int) -> tuple[list[Generation], float]:
+    """The requests decoded with at most ``rows`` in flight, and the stream's wall seconds (tokenisation outside):
+    what a sweep's re-timing measures of a continuously batched point."""
+    batch = adapter.prepare(requests, config)
+    timed_network(adapter, batch.config)  # loads the weights, outside the timed stretch
+    return timed(adapter.device, lambda: [g for _, finished in adapter.stream(batch, rows) for _, g in finished])
+
+
 def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
                   rank: int, forward_seconds: float | None = None) -> dict[str, Any]:
     """The measurement fields of one sample; a batch's time (and its time inside forwards) is split evenly across

@@ -10,7 +10,8 @@ two points pass by pass (ratios of tokens/s timed in the same pass, seconds apar
 distribution-free interval.
 
 Each pass times exactly as a run does (harness.run.generation.generate_timed: wall seconds of the decoder call,
-device synchronised, tokenisation outside), and counts the same tokens (generated until EOS). The gate's fixed
+device synchronised, tokenisation outside; with rows in flight, the stream's wall seconds), and counts the same
+tokens (generated until EOS). The gate's fixed
 reference decoder (harness.gate.retiming) is not needed here: points are compared with each other within a pass,
 which cancels the load the way the gate's reference chunks do.
 """
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.run.generation import generate_timed, same_canvas_batches, seed_everything
+from harness.run.generation import generate_streamed, generate_timed, same_canvas_batches, seed_everything
 from harness.run.ranks import DistContext
+from harness.run.schedule import CONTINUOUS
 from harness.run.runner import Runner, RunSettings
 from harness.sweep.plan import PassTimes, Point, SweepPlan, SweepTiming, load_timing
 from models.base import GenerationRequest, ModelAdapter
@@ -33,11 +35,13 @@ from tasks.registry import make_task
 
 @dataclass(frozen=True)
 class TimedJob:
-    """One task of one point, ready to decode: the point's config and its prompts in batches of its batch size."""
+    """One task of one point, ready to decode: the point's config and its prompts in batches of its batch size,
+    or, with rows in flight (``rows``), in one stream of at most that many rows."""
 
     task: str
     config: Any
     batches: tuple[tuple[GenerationRequest, ...], ...]
+    rows: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ def prepare_point(point: Point, runner: Runner, tasks: Sequence[Any], data: dict
     for task in tasks:
         job = runner.plan_job(spec, adapter, task, data[task.name])
         requests = [p.request for p in job.planned[:prompts]]
+        if runner.settings.schedule == CONTINUOUS and adapter.decoder.stream is not None:  # timed as the run was
+            jobs.append(TimedJob(task.name, job.config, (tuple(requests),), rows=point.batch_size))
+            continue
         batches = tuple(tuple(requests[i] for i in b) for b in same_canvas_batches(requests, point.batch_size))
         jobs.append(TimedJob(task.name, job.config, batches))
     return TimedPoint(point.name, adapter, tuple(jobs))
@@ -80,7 +87,10 @@ def time_point(point: TimedPoint, seed: int) -> dict[str, tuple[int, float]]:
     for job in point.jobs:
         tokens, seconds = 0, 0.0
         for batch in job.batches:
-            _, generations, batch_seconds, _ = generate_timed(point.adapter, job.config, batch)
+            if job.rows is None:
+                _, generations, batch_seconds, _ = generate_timed(point.adapter, job.config, batch)
+            else:
+                generations, batch_seconds = generate_streamed(point.adapter, job.config, batch, job.rows)
             tokens += sum(g.gen_tokens for g in generations)
             seconds += batch_seconds
         out[job.task] = (tokens, seconds)
