@@ -48,6 +48,10 @@ RUNS = {
                                [r"^(PASS|FAIL) batch 1: native [\d.]+ tok/s .* ratio [\d.]+x \(target >= 1\.0\), tokens "
                                 r"identical$", r"^(PASS|FAIL) batch 8: native ", r"^native +32 refusion ",
                                 r"^native +32 ar-greedy "]),
+    "rows_in_flight": (["--prompts", "6", "--rows", "2", "--canvas", "32", "--rounds", "1"],
+                       [r"^ar +static +[\d.]+ ", r"^ar +continuous +[\d.]+ ",
+                        r"^(PASS|FAIL) ar: continuous / static tokens/s [\d.]+ \(target >= 1\.3\), tokens identical",
+                        r"^(PASS|FAIL) refusion: continuous / static tokens/s [\d.]+ .*tokens identical"]),
     "step_ops": (["--batches", "1", "8", "--canvas", "32", "--decoders", "refusion", "llada", "sdar static"],
                  [r"^refusion +8 +\d+ +[\d.]+ +1\.00 +[\d.]+ +[\d.]+$", r"^sdar static +1 +\d+ ",
                   r"^PASS every target$"]),
