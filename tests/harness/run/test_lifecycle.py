@@ -40,19 +40,21 @@ def test_previous_network_is_collected_before_the_next_loads(tmp_path, monkeypat
     alive: list[tuple[str, weakref.ref]] = []
     loads: list[str] = []
 
-    def watched(loader, label):
+    def watched(loader, label=None):
         def load(source, *args, **kwargs):
             assert [name for name, ref in alive if ref() is not None] == [], "an earlier network is still alive"
             result = loader(source, *args, **kwargs)
             network = result[1] if isinstance(result, tuple) else result
-            alive.append((label, weakref.ref(network)))
-            loads.append(label)
+            name = label or f"{args[0]} network"  # a native network by its kind
+            alive.append((name, weakref.ref(network)))
+            loads.append(name)
             return result
         return load
 
-    monkeypatch.setattr(native, "load_network", watched(native.load_network, "llada network"))
-    monkeypatch.setattr(causal, "load_causal_lm", watched(causal.load_causal_lm, "qwen3 network"))
-    # tiny-llada and tiny-llada-fastdllm share a checkpoint: they run next to each other and load it once
+    monkeypatch.setattr(native, "load_network", watched(native.load_network))
+    monkeypatch.setattr(causal, "load_causal_lm", watched(causal.load_causal_lm, "transformers network"))
+    # tiny-llada and tiny-llada-fastdllm share a checkpoint: they run next to each other and load it once; tiny-qwen3
+    # runs on the native network (a transformers one is never loaded for it)
     runner = Runner(settings(tmp_path / "run", "tiny-llada,tiny-qwen3,tiny-llada-fastdllm", "--gen-length", "32"))
     payload = runner.run()
     assert loads == ["llada network", "qwen3 network"]
