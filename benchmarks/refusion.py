@@ -38,7 +38,6 @@ import copy
 import math
 import statistics
 import sys
-import time
 from dataclasses import dataclass
 from typing import Callable
 

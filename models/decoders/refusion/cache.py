@@ -193,10 +193,10 @@ class TransformersStepper:
             layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, src]], dim=2)
 
     def select_rows(self, rows: list[int]) -> None:
-        if rows not in ([0], []) or rows == [0] and self.batch != 1:
-            raise ValueError("the transformers path decodes one row at a time")
-        if not rows:
+        if not rows:  # the row finished: the next program starts on a new cache
             self.cache, self.batch = None, 0
+        elif rows != [0] or self.batch != 1:
+            raise ValueError("the transformers path decodes one row at a time")
 
     def admit(self, n_rows: int) -> None:
         if self.batch + n_rows != 1:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from processes import kill_when
 
 REPO = Path(__file__).resolve().parents[3]
 COMMAND = [sys.executable, "run_eval.py", "--models", "tiny-qwen3", "--tasks", "gsm8k", "--data", "fixtures",
@@ -39,12 +38,7 @@ def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     killed = tmp_path / "killed"
     process = subprocess.Popen([*COMMAND, "--output", str(killed)], cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and len(store_lines(killed)) < 2 and process.poll() is None:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_when(process, lambda: len(store_lines(killed)) >= 2)
     finished_before = {r["key"] for r in store_lines(killed)}
     assert 2 <= len(finished_before) < 5
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from processes import kill_when
 
 REPO = Path(__file__).resolve().parents[3]
 RUN = [sys.executable, "run_eval.py", "--tasks", "gsm8k", "--data", "fixtures", "--no-progress"]
@@ -77,12 +76,7 @@ def test_a_killed_stream_keeps_what_finished_and_resumes_the_rest(tmp_path):
     killed = tmp_path / "killed"
     process = subprocess.Popen([*command, "--output", str(killed)], cwd=REPO, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    deadline = time.time() + 300
-    while time.time() < deadline and len(stored(killed)) < 1 and process.poll() is None:
-        time.sleep(0.01)
-    os.kill(process.pid, signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    kill_when(process, lambda: len(stored(killed)) >= 1)
     assert 1 <= len(stored(killed)) < 5
     run(killed, "--models", "tiny-qwen3", "--gen-length", "160", "--batch-size", "2", "--warmup", "0")
     keys = [r["key"] for r in stored(killed)]
