@@ -36,12 +36,31 @@ class TransformersCache:
         self.lengths = [n + n_new for n in self.lengths]
 
     def truncate(self, row: int, n: int) -> None:
-        """Keep the first ``n`` entries of ``row``; its later columns are hidden from every query."""
+        """Keep the first ``n`` entries of ``row``; its later columns are hidden from every query, and the columns
+        no row holds any more leave the cache (so a single row's cache is exactly its entries)."""
         if not 0 <= n <= self.lengths[row]:
             raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
         columns = self.live[row].nonzero().flatten()
         self.live[row, columns[n:]] = False
         self.lengths[row] = n
+        held = self.live.any(dim=0).nonzero()
+        width = int(held.max()) + 1 if len(held) else 0
+        if width < self.live.shape[1]:
+            self.cache.crop(width - self.live.shape[1])  # transformers 5 crops by a negative count
+            self.live = self.live[:, :width]
+
+    def keep_tail(self, row: int, start: int, index: list[int]) -> None:
+        """A single row keeps entries ``0..start-1`` then entries ``start + index[i]`` in that order (ReFusion's
+        buffer reordering, on the transformers path, which runs one row)."""
+        if self.batch != 1 or not all(0 <= i < self.lengths[0] - start for i in index):
+            raise ValueError(f"keep_tail needs one row and indices inside its tail of {self.lengths[0] - start}")
+        if index != list(range(len(index))):
+            source = torch.tensor(index, dtype=torch.long, device=self.live.device) + start
+            for layer in self.cache.layers:
+                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, source]], dim=2)
+                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, source]], dim=2)
+            self.live = self.live[:, :start + len(index)]
+        self.truncate(0, start + len(index))
 
     def admit(self, rows: "TransformersCache") -> None:
         """Append the rows of ``rows`` (prefilled apart) after the others: the shorter side's columns are padded
@@ -55,6 +74,12 @@ class TransformersCache:
                                       for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)))
         self.live = torch.cat([widened(self.live, width), widened(rows.live, width)])
         self.lengths = self.lengths + rows.lengths
+
+    def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
+        """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
+        columns = self.live[row].nonzero().flatten()
+        return [(layer.keys[row:row + 1, :, columns].clone(), layer.values[row:row + 1, :, columns].clone())
+                for layer in self.cache.layers]
 
     def select_rows(self, rows: list[int]) -> None:
         """Keep only ``rows`` (in that order)."""

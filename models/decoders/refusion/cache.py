@@ -9,7 +9,8 @@ cache and a waiting program joins at its end, its first request (the prompt) in 
 
 Two implementations of the cache:
   * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
-  * ``TransformersStepper``: a transformers causal LM and its ``DynamicCache`` (one row; the comparison path).
+  * ``TransformersStepper``: a transformers causal LM and the transformers path's ``TransformersCache`` (one row;
+    the comparison path).
 Visibility (``Request``): plain causal over the whole cache, or in-slot windows: every query sees the row's committed
 buffer, and a query in window g also sees the tail entries owned by g and the entries of window g at or before it.
 The driver hands the network that layout (``GroupedWindows``), not a mask: the native network attends group by group
@@ -26,9 +27,9 @@ from typing import Any, Generator, Iterator, Protocol
 import torch
 from torch import Tensor
 
-from models.decoders.kv import cache_length, check_plain_cache, drop_last_entries
 from models.decoders.sampling import add_gumbel_noise
 from models.networks.grouped_attention import GroupedWindows, dense_mask
+from models.networks.hf_causal import TransformersCache
 from models.networks.kv_buffer import KVBuffer
 from models.networks.ragged import RaggedBatch
 
@@ -161,47 +162,46 @@ class NativeStepper:
 
 
 class TransformersStepper:
-    """One row on a transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits``)."""
+    """One row on a transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits``), its
+    cache the transformers path's ``TransformersCache``."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
-        self.model, self.cache, self.device, self.batch = model, None, device, 1
+        self.model, self.device = model, device
+        self.cache = TransformersCache(getattr(model, "config", None), 1, device)
+
+    @property
+    def batch(self) -> int:
+        return self.cache.batch
 
     def length(self, row: int) -> int:
-        return 0 if self.cache is None else cache_length(self.cache)
+        return self.cache.lengths[row]
 
     def forward(self, step: "StepInputs", mask: GroupedWindows | None) -> Tensor:
         """The trailing ``step.keep`` logits computed (all a causal LM can skip), the read cells taken from them."""
         extra = {} if mask is None else {"attention_mask": dense_mask(mask, step.ids.device)}
         if step.keep < step.width:
             extra["logits_to_keep"] = step.keep
-        out = self.model(input_ids=step.ids, position_ids=step.positions, cache=self.cache, use_cache=True, **extra)
-        if self.cache is None:
-            self.cache = out.cache
-            check_plain_cache(self.cache)
+        self.cache.append(step.width)
+        out = self.model(input_ids=step.ids, position_ids=step.positions, cache=self.cache.cache, use_cache=True,
+                         **extra)
         return out.logits[0].index_select(0, step.ragged.read - (step.width - step.keep))
 
     def truncate(self, row: int, n: int) -> None:
-        drop_last_entries(self.cache, self.length(row) - n)
+        self.cache.truncate(row, n)
 
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
-        if index == list(range(len(index))):
-            return self.truncate(row, start + len(index))
-        src = torch.tensor(index, dtype=torch.long) + start
-        for layer in self.cache.layers:
-            src = src.to(layer.keys.device)
-            layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, src]], dim=2)
-            layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, src]], dim=2)
+        self.cache.keep_tail(row, start, index)
 
     def select_rows(self, rows: list[int]) -> None:
         if not rows:  # the row finished: the next program starts on a new cache
-            self.cache, self.batch = None, 0
+            self.cache = TransformersCache(getattr(self.model, "config", None), 0, self.device)
         elif rows != [0] or self.batch != 1:
             raise ValueError("the transformers path decodes one row at a time")
 
     def admit(self, n_rows: int) -> None:
         if self.batch + n_rows != 1:
             raise ValueError("the transformers path decodes one row at a time")
-        self.batch = 1
+        self.cache = TransformersCache(getattr(self.model, "config", None), 1, self.device)
 
     @contextmanager
     def rows(self, start: int, stop: int) -> Iterator["TransformersStepper"]:
@@ -210,7 +210,7 @@ class TransformersStepper:
         yield self
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
-        return [(layer.keys.clone(), layer.values.clone()) for layer in self.cache.layers]
+        return self.cache.row_kv(row)
 
 
 def request_windows(reqs: list[Request], lengths: list[int], width: int) -> GroupedWindows:

@@ -14,7 +14,6 @@ import torch
 from transformers import DynamicCache
 
 from models.decoders.contract import ConfigError
-from models.decoders.kv import drop_last_entries
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_generate, validate_refusion_config
 from refusion_recompute import Tracker, full_forward, grow_visibility, reference_refusion
 from refusion_stubs import NudgedLM, NudgedNative, ScriptedLM, native_copy, tiny_qwen
@@ -80,7 +79,7 @@ def test_incremental_cache_equals_full_recompute_with_unsorted_positions(model):
     # a chunk fed then dropped again (the plan pass) must leave no trace
     model(input_ids=torch.tensor([[MASK] * 6]), position_ids=torch.tensor([[8, 9, 10, 11, 30, 31]]), cache=cache,
           use_cache=True)
-    drop_last_entries(cache, 6)
+    cache.crop(-6)
     for lo, hi in [(4, 8), (8, 12)]:
         model(input_ids=torch.tensor([tokens[lo:hi]]), position_ids=torch.tensor([positions[lo:hi]]), cache=cache,
               use_cache=True)

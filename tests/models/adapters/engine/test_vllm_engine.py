@@ -160,7 +160,8 @@ KILLED_RUN_ITEMS = 40
 @pytest.mark.slow
 def test_a_server_killed_mid_run_keeps_finished_samples_and_the_rerun_resumes(engine, engine_python, tmp_path):
     output = tmp_path / "run"
-    data = ["--data-dir", str(numbered_gsm8k(tmp_path / "data", KILLED_RUN_ITEMS)), "--limit", str(KILLED_RUN_ITEMS)]
+    data = ["--data", "auto", "--data-dir", str(numbered_gsm8k(tmp_path / "data", KILLED_RUN_ITEMS)),  # local files
+            "--limit", str(KILLED_RUN_ITEMS)]
     launched = harness(output, "--models", "tiny-qwen3-vllm", *data,
                        "--warmup", "0", "--model-arg", f"tiny-qwen3-vllm.server_python={engine_python}")
     process = subprocess.Popen(launched, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
