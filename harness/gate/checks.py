@@ -22,7 +22,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
-from harness.run.compare import describe_difference, field_differences
+from harness.run.compare import describe_difference, field_differences, implementation_label
 from harness.gate.drift import forwards_per_token, output_drift, shared_docs
 from harness.gate.power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
 from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, GateReport, GateRow, GateSettings,
@@ -146,7 +146,8 @@ def hardware_warnings(env_b: dict[str, Any], env_c: dict[str, Any], what: str) -
 
 
 def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]]) -> list[str]:
-    """Settings that make tokens/s differ for reasons other than the code: hardware, dtype, batch size."""
+    """Settings that make tokens/s differ for reasons other than the code: hardware, dtype, batch size, schedule,
+    the network's implementation."""
     notes = hardware_warnings(baseline.manifest.get("environment", {}), candidate.manifest.get("environment", {}),
                               "the runs")
     timed_b, timed_c = read_speed(baseline), read_speed(candidate)
@@ -158,6 +159,8 @@ def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]
             notes.append(f"tokens/s compared across different {key}: {env_b.get(key)} vs {env_c.get(key)}")
     for base, cand in pairs:
         for what, get in (("batch size", lambda r: r["speed"].get("batch_size")),
+                          ("schedule", lambda r: r["speed"].get("schedule", ["static"])),
+                          ("network implementation", lambda r: implementation_label(r["manifest"])),
                           ("dtype", lambda r: r["manifest"].get("model", {}).get("dtype"))):
             if get(base) != get(cand):
                 notes.append(f"{base['model']} · {base['task']}: {what} differs ({get(base)} vs {get(cand)})")

@@ -238,3 +238,17 @@ def test_gate_speed_rebuilds_the_recorded_config_and_refuses_one_it_cannot():
     result["manifest"]["decoding"] = {**decoding, "renamed_option": 1}
     with pytest.raises(SpeedError, match="renamed_option"):
         config_for_result(adapter, result)
+
+
+def test_speed_across_schedules_or_implementations_is_noted(tmp_path, rf, capsys):
+    base, cand = two_runs(tmp_path, rf, rf.samples([0.0] * 5), rf.samples([0.0] * 5))
+    for run, schedule, network in ((base, "static", "transformers"), (cand, "continuous", "native")):
+        payload = json.loads((run / "results.json").read_text())
+        (result,) = payload["results"]
+        result["speed"]["schedule"] = [schedule]
+        result["manifest"]["implementation"] = {"network": network, "attention": "sdpa", "compiled": False}
+        (run / "results.json").write_text(json.dumps(payload))
+    code, out, _ = gate(capsys, base, cand, *NO_ACCURACY)
+    assert code == PASS
+    assert "m · gsm8k: schedule differs (['static'] vs ['continuous'])" in out
+    assert "m · gsm8k: network implementation differs (transformers vs native)" in out
