@@ -97,6 +97,8 @@ class SynchronisedTimer(torch.nn.Module):
         super().__init__()
         self.inner, self.device, self.config = inner, device, inner.config
         self.seconds, self.calls = 0.0, 0
+        if hasattr(inner, "new_cache"):  # LLaDA's and Dream's Fast-dLLM caches (the HF Qwen3 of the ReFusion rows has
+            self.new_cache = inner.new_cache  # none, which ReFusion reads as the transformers path)
 
     def _timed(self, call: Callable[[], object]) -> object:
         out, seconds = timed(self.device, call)
@@ -109,17 +111,14 @@ class SynchronisedTimer(torch.nn.Module):
 
 
 class SynchronisedBlockTimer(SynchronisedTimer):
-    """The same for a network the block-diffusion decoder drives (kept apart: ReFusion reads ``new_cache`` as the
-    sign of a native network)."""
+    """The same for a network with the block and causal forwards (the calls of the block-diffusion and AR decoders;
+    kept apart, since ReFusion reads ``new_cache`` as the sign of a native network)."""
 
     def block_forward(self, *args, **kwargs):
         return self._timed(lambda: self.inner.block_forward(*args, **kwargs))
 
     def causal_forward(self, *args, **kwargs):
         return self._timed(lambda: self.inner.causal_forward(*args, **kwargs))
-
-    def new_cache(self, batch: int, capacity: int):
-        return self.inner.new_cache(batch, capacity)
 
 
 # ---- decoders ---------------------------------------------------------------------------------------------------
