@@ -212,19 +212,21 @@ class ModelAdapter(ABC):
         seeds = {} if batch.row_seeds is None else {"row_seeds": batch.row_seeds}
         return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config, **seeds).rows)
 
-    def stream(self, batch: PreparedBatch, max_rows: int) -> Iterator[tuple[Step, list[tuple[int, Generation]]]]:
-        """Rows in flight over every request of ``batch``: per forward, the decoder's ``Step`` and the requests it
-        finished (by position in the batch) as generations. Only for a decoder with ``stream``."""
+    def stream(self, batch: PreparedBatch, max_rows: int) -> Iterator[Step]:
+        """Rows in flight over every request of ``batch``: the decoder's ``Step`` of each forward, the finished
+        requests by position in the batch (``finish_some`` turns them into generations). Only for a decoder with
+        ``stream``."""
         if self.decoder.stream is None:
             raise ValueError(f"{self.name}: the {self.decoder.name} decoder has no rows in flight")
         config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
         network = self.network_for(batch.config.runtime)
         prompts = [row[mask.bool()] for row, mask in zip(batch.input_ids, batch.attention_mask)]
-        for step in self.decoder.stream(network, prompts, config, max_rows, batch.row_seeds):
-            done = [i for i, _ in step.finished]
-            finished = self.finish(dataclasses.replace(batch, requests=[batch.requests[i] for i in done]),
-                                   [result for _, result in step.finished])
-            yield step, list(zip(done, finished))
+        yield from self.decoder.stream(network, prompts, config, max_rows, batch.row_seeds)
+
+    def finish_some(self, batch: PreparedBatch, finished: Sequence[tuple[int, DecodeResult]]) -> list[Generation]:
+        """``finish`` for some of the batch's requests (by position), in the order given."""
+        requests = [batch.requests[i] for i, _ in finished]
+        return self.finish(dataclasses.replace(batch, requests=requests), [result for _, result in finished])
 
     def network_for(self, runtime: RuntimeOptions) -> Any:
         """The network a batch runs on; an adapter with runtime options picks it by them."""

@@ -124,7 +124,8 @@ def generate_streamed(adapter: ModelAdapter, config: Any, requests: Sequence[Gen
     what a sweep's re-timing measures of a continuously batched point."""
     batch = adapter.prepare(requests, config)
     timed_network(adapter, batch.config)  # loads the weights, outside the timed stretch
-    return timed(adapter.device, lambda: [g for _, finished in adapter.stream(batch, rows) for _, g in finished])
+    steps, seconds = timed(adapter.device, lambda: list(adapter.stream(batch, rows)))
+    return [g for step in steps if step.finished for g in adapter.finish_some(batch, step.finished)], seconds
 
 
 def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
@@ -176,7 +177,8 @@ def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
                    settings: LoopSettings) -> Iterator[Batch]:
     """Rows in flight over ``requests`` (one canvas): at most ``batch_size`` rows, a waiting request taking the row
     of the first to finish. Each request's record carries its own times, on the phase's clock (which stops while
-    the caller stores what finished): ``queue_s`` from the phase's start to the forward that admitted it,
+    what finished is detokenised and the caller stores it): ``queue_s`` from the phase's start to the forward that
+    admitted it,
     ``latency_s`` from there to the forward that finished it, ``forward_s`` its share of the forwards it ran (each
     forward's time split across its rows), and ``phase_elapsed_s`` from the phase's start to its finish (the
     phase's wall time, which tokens/s divides by, is the largest)."""
@@ -190,7 +192,7 @@ def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
     with timer if timer is not None else contextlib.nullcontext():
         synchronize(adapter.device)
         start = step_start = time.perf_counter()
-        for step, finished in adapter.stream(batch, settings.batch_size):
+        for step in adapter.stream(batch, settings.batch_size):
             synchronize(adapter.device)
             now = time.perf_counter() - paused
             for i in step.admitted:
@@ -198,16 +200,16 @@ def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
             share = (timer.take() if timer is not None else 0.0) / step.rows
             for i in inside:  # every request in this forward, the ones it finished included
                 inside[i] += share
-            records = []
-            for i, generation in finished:
-                queued, forward_s = joined.pop(i), inside.pop(i)
-                record = timing_record(batch.prompts[i], generation, now - start - queued, 1, False, settings.rank,
-                                       forward_s if timer is not None else None)
-                records.append({**record, "batch_latency_s": None, "batch_size": settings.batch_size,
-                                "schedule": CONTINUOUS, "queue_s": queued, "phase": phase,
-                                "phase_elapsed_s": now - start})
-            if records:
-                stored = time.perf_counter()
-                yield Batch([i for i, _ in finished], records)
-                paused += time.perf_counter() - stored
+            if step.finished:
+                stopped = time.perf_counter()
+                records = []
+                for (i, _), generation in zip(step.finished, adapter.finish_some(batch, step.finished)):
+                    queued, forward_s = joined.pop(i), inside.pop(i)
+                    record = timing_record(batch.prompts[i], generation, now - start - queued, 1, False,
+                                           settings.rank, forward_s if timer is not None else None)
+                    records.append({**record, "batch_latency_s": None, "batch_size": settings.batch_size,
+                                    "schedule": CONTINUOUS, "queue_s": queued, "phase": phase,
+                                    "phase_elapsed_s": now - start})
+                yield Batch([i for i, _ in step.finished], records)
+                paused += time.perf_counter() - stopped
             step_start = time.perf_counter() - paused

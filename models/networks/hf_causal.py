@@ -121,7 +121,7 @@ class TransformersCausalLM(nn.Module):
     def forward(self, input_ids: Tensor, cache: TransformersCache, read: Tensor | None = None) -> Tensor:
         """Logits [B, L, vocab] of L new tokens per row at that row's next positions, or [M, vocab] at the flat
         cells ``read`` (the head runs only at the columns some read cell is in)."""
-        b, length = input_ids.shape
+        length = input_ids.shape[1]
         positions = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
             length, device=input_ids.device)
         cache.append(length)
