@@ -33,7 +33,7 @@ def by_doc(records: list[dict]) -> dict[str, list[int]]:
     return {r["doc_id"]: r["token_ids"] for r in records}
 
 
-@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-refusion"])
+@pytest.mark.parametrize("model", ["tiny-qwen3", pytest.param("tiny-refusion", marks=pytest.mark.slow)])
 def test_rows_in_flight_equal_requests_alone_and_time_each_request(tmp_path, model):
     alone = run(tmp_path / "alone", "--models", model, "--gen-length", "32", "--batch-size", "1")
     assert "keeps no rows in flight" not in alone.stdout
@@ -54,6 +54,7 @@ def test_rows_in_flight_equal_requests_alone_and_time_each_request(tmp_path, mod
         assert speed["tokens_per_forward"] == 1.0
 
 
+@pytest.mark.slow
 def test_static_schedule_keeps_whole_batches(tmp_path):
     run(tmp_path / "static", "--models", "tiny-qwen3", "--gen-length", "16", "--batch-size", "2",
         "--schedule", "static", "--warmup", "1")
