@@ -5,6 +5,7 @@ real decoders, the real cache and the real tokenizer run; only the answer is fix
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -114,3 +115,23 @@ def test_refusion_output_is_cut_at_the_tokenizers_eos_only(realtok_adapters):
     assert generation.raw_text == THOUGHT + ANSWER + "<|endoftext|> ok<|im_end|>"
     assert generation.text == THOUGHT + ANSWER + " ok"
     assert generation.gen_tokens_after_stop == len(encode(tok, THOUGHT + ANSWER + " ok"))
+
+
+def test_qwen3_native_greedy_equals_transformers_generate_on_the_released_tokenizer(realtok_adapters):
+    """The AR baseline on its default (native) network, through the adapter, against transformers' own generate on
+    the same left-padded batch of eight chat prompts: the same tokens, each row cut at its first end of sequence."""
+    adapter = realtok_adapters["tiny-qwen3-realtok"]
+    task = make_task("gsm8k")
+    docs = task.docs(load_fixtures(task.dataset).records)
+    prompts = [task.prompt(docs[i % len(docs)]) for i in range(8)]
+    # eight different prompts: the fixture questions, the later ones with an extra turn of words
+    requests = [to_request(dataclasses.replace(p, user=p.user + " Think." * i), 12) for i, p in enumerate(prompts)]
+    config = adapter.make_config()
+    assert adapter.network_implementation(config.runtime) == "native"
+    batch = adapter.prepare(requests, config)
+    ours = [g.token_ids for g in adapter.finish(batch, adapter.decode(batch))]
+    out = adapter.network.generate(input_ids=batch.input_ids, attention_mask=batch.attention_mask, do_sample=False,
+                                   max_new_tokens=12, eos_token_id=[IM_END, END_OF_TEXT], pad_token_id=END_OF_TEXT)
+    theirs = [next((row[:k + 1] for k, t in enumerate(row) if t in (IM_END, END_OF_TEXT)), row)
+              for row in out[:, batch.input_ids.shape[1]:].tolist()]
+    assert ours == theirs
