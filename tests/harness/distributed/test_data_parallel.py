@@ -78,6 +78,7 @@ def rank_process(launcher: psutil.Process, rank: int) -> psutil.Process | None:
     return None
 
 
+@pytest.mark.slow
 def test_killed_rank_then_rerun_with_another_process_count(tmp_path):
     output = tmp_path / "run"
     launcher = subprocess.Popen([*torchrun(2), *ARGS, "--output", str(output), "--gen-length", "160"], cwd=REPO,
