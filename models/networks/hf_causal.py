@@ -55,8 +55,9 @@ class TransformersCache:
         if self.batch != 1 or not all(0 <= i < self.lengths[0] - start for i in index):
             raise ValueError(f"keep_tail needs one row and indices inside its tail of {self.lengths[0] - start}")
         if index != list(range(len(index))):
-            source = torch.tensor(index, dtype=torch.long, device=self.live.device) + start
+            source = torch.tensor(index, dtype=torch.long) + start
             for layer in self.cache.layers:
+                source = source.to(layer.keys.device)  # a model split across devices keeps each layer on its own
                 layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, source]], dim=2)
                 layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, source]], dim=2)
             self.live = self.live[:, :start + len(index)]
