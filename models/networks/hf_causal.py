@@ -40,6 +40,12 @@ class TransformersCache:
         no row holds any more leave the cache (so a single row's cache is exactly its entries)."""
         if not 0 <= n <= self.lengths[row]:
             raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
+        if n == self.lengths[row]:  # nothing to hide (ReFusion's driver trims every row after every forward)
+            return
+        if self.live.shape[1] == self.lengths[row] == sum(self.lengths):  # every column is this row's: crop, no read
+            self.cache.crop(n - self.lengths[row])
+            self.live, self.lengths[row] = self.live[:, :n], n
+            return
         columns = self.live[row].nonzero().flatten()
         self.live[row, columns[n:]] = False
         self.lengths[row] = n
@@ -54,14 +60,14 @@ class TransformersCache:
         buffer reordering, on the transformers path, which runs one row)."""
         if self.batch != 1 or not all(0 <= i < self.lengths[0] - start for i in index):
             raise ValueError(f"keep_tail needs one row and indices inside its tail of {self.lengths[0] - start}")
-        if index != list(range(len(index))):
-            source = torch.tensor(index, dtype=torch.long) + start
-            for layer in self.cache.layers:
-                source = source.to(layer.keys.device)  # a model split across devices keeps each layer on its own
-                layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, source]], dim=2)
-                layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, source]], dim=2)
-            self.live = self.live[:, :start + len(index)]
-        self.truncate(0, start + len(index))
+        if index == list(range(len(index))):
+            return self.truncate(0, start + len(index))
+        source = torch.tensor(index, dtype=torch.long) + start
+        for layer in self.cache.layers:
+            source = source.to(layer.keys.device)  # a model split across devices keeps each layer on its own
+            layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, source]], dim=2)
+            layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, source]], dim=2)
+        self.live, self.lengths = self.live[:, :start + len(index)], [start + len(index)]
 
     def admit(self, rows: "TransformersCache") -> None:
         """Append the rows of ``rows`` (prefilled apart) after the others: the shorter side's columns are padded
