@@ -178,10 +178,9 @@ def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
     """Rows in flight over ``requests`` (one canvas): at most ``batch_size`` rows, a waiting request taking the row
     of the first to finish. Each request's record carries its own times, on the phase's clock (which stops while
     what finished is detokenised and the caller stores it): ``queue_s`` from the phase's start to the forward that
-    admitted it,
-    ``latency_s`` from there to the forward that finished it, ``forward_s`` its share of the forwards it ran (each
-    forward's time split across its rows), and ``phase_elapsed_s`` from the phase's start to its finish (the
-    phase's wall time, which tokens/s divides by, is the largest)."""
+    admitted it, ``latency_s`` from there to the forward that finished it, ``forward_s`` its share of the forwards
+    it ran (each forward's time split across its rows), and ``phase_elapsed_s`` from the phase's start to its
+    finish (the phase's wall time, which tokens/s divides by, is the largest)."""
     batch = adapter.prepare(requests, config)
     network = timed_network(adapter, batch.config)  # loads the weights, outside the phase
     timer = ForwardTimer(network, adapter.device) if network is not None else None

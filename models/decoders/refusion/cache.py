@@ -385,7 +385,8 @@ def drive(stepper: Stepper, programs: list[RowProgram], live: list[int], max_row
             except StopIteration as stop:
                 returned.append((i, stop.value, nfe[i]))
         if returned:
-            keep = [row for row, i in enumerate(live) if i not in {r[0] for r in returned}]
+            ended = {i for i, _, _ in returned}
+            keep = [row for row, i in enumerate(live) if i not in ended]
             live[:] = [live[row] for row in keep]
             stepper.select_rows(keep)
         joined = [waiting.pop() for _ in range(min(max_rows - len(live), len(waiting)))]
