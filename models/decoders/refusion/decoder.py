@@ -350,7 +350,7 @@ def _iteration(prompt: list[int], state: _State, remaining: list[int], cfg: Refu
     state.iterations += 1
     state.tpf_sum += ss * k / (2 * passes + 2)
     done = set(chosen)
-    limit = chosen[eos_row] if eos_row is not None else n_slots  # 1.6a fixed: map the row through the chosen set
+    limit = chosen[eos_row] if eos_row is not None else n_slots  # the row indexes the chosen set, not remaining
     return [p for j, p in enumerate(remaining) if j < limit and j not in done], eos_row is not None
 
 
@@ -410,7 +410,7 @@ def _complete_slots(state: _State, blocks: list[list[int]], block_pos: list[list
 
 
 def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrace:
-    """Sort the committed tokens by position and cut after the first end-of-sequence (1.6h fixed)."""
+    """Sort the committed tokens by position and cut after the first end-of-sequence."""
     gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:]))
     ids, found = cut_after_eos([t for _, t in gen], [cfg.eos_id])
     expected = list(range(prompt_len, prompt_len + len(ids)))
