@@ -23,7 +23,7 @@ def engine_python() -> str:
     python = os.environ.get(PYTHON_ENV)
     if python and Path(python).is_file():
         return python
-    reason = (f"{PYTHON_ENV} is not set to a Python with vllm installed (see README: the engine baseline on CPU)"
+    reason = (f"{PYTHON_ENV} is not set to a Python with vllm installed (see docs/usage.md: the engine baseline on CPU)"
               if not python else f"{PYTHON_ENV}={python} does not exist")
     if os.environ.get("DLLM_REQUIRE_ENGINE") == "1":
         pytest.fail(reason)
