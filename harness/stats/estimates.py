@@ -1,4 +1,4 @@
-"""Statistics the harness reports: means with lm-eval's standard error, Wilson intervals, pass@k, paired tests."""
+"""Statistics the harness reports: means with lm-eval's standard error, Wilson intervals, paired tests."""
 
 from __future__ import annotations
 
@@ -54,13 +54,6 @@ def summarize(values: Sequence[float]) -> MetricSummary:
         half = 1.96 * stderr if not math.isnan(stderr) else float("nan")
         interval = (mean - half, mean + half)
     return MetricSummary(mean, stderr, interval, n)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
 def mcnemar_exact(right_to_wrong: int, wrong_to_right: int) -> float:

@@ -63,10 +63,6 @@ class Point:
         """The options as ``--model-arg`` gives them: text, typed by the model's config (models.options)."""
         return dict(self.options)
 
-    @property
-    def settings_text(self) -> str:
-        return ", ".join([f"{k}={v}" for k, v in self.options] + [f"{BATCH}={self.batch_size}"])
-
 
 @dataclass(frozen=True)
 class SweepFolder:
