@@ -73,6 +73,10 @@ class ExtractionTask(Task):
     def target(self, doc: Doc) -> str:
         """The gold answer as the metric compares it."""
 
+    def pipelines_for(self, doc: Doc) -> Sequence[Pipeline]:
+        """The pipelines that score this document: the task's own, unless its subsets extract differently (BBH)."""
+        return self.pipelines
+
     def is_invalid(self, extracted: dict[str, str]) -> bool:
         """Whether extraction failed, judged on the primary metric's filter."""
         return extracted[self.primary_metric.split(",")[1]] == INVALID
@@ -81,7 +85,7 @@ class ExtractionTask(Task):
         results = []
         for doc, output in zip(docs, outputs):
             target = self.target(doc)
-            extracted, scores = score_pipelines(output, doc.data, target, self.pipelines, self.match)
+            extracted, scores = score_pipelines(output, doc.data, target, self.pipelines_for(doc), self.match)
             diagnostics = {"empty": not output.strip(), "invalid": self.is_invalid(extracted)}
             results.append(SampleScore(target=target, extracted=extracted, scores=scores, diagnostics=diagnostics))
         return results

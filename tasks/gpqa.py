@@ -94,3 +94,19 @@ class GPQA(ExtractionTask):
 
     def target(self, doc: Doc) -> str:
         return doc.data["answer"]
+
+
+class GPQADiamond(GPQA):
+    """GPQA's diamond subset (198 questions that experts answer right and non-experts wrong), the GPQA the 2026
+    diffusion-LLM papers report: the same zero-shot chat prompt, seeded shuffle and extraction as ``gpqa``, with a
+    longer canvas for the reasoning before the letter."""
+
+    name = "gpqa_diamond"
+    version = "gpqa_diamond_generative-refusion-0shot-1"
+    dataset = DatasetSpec(
+        hub_id="Idavidrein/gpqa", config="gpqa_diamond", split="train", local_file="gpqa/gpqa_diamond.jsonl",
+        fixture="gpqa_diamond.jsonl", required_fields=("Question", *ANSWER_FIELDS), gated=True, check=check_record,
+    )
+    canvas_tokens = 1024
+    equivalent_lm_eval_task = "gpqa_diamond_generative_n_shot"
+    paper_column = ""

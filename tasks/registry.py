@@ -16,11 +16,17 @@ mbpp            pass_at_1,none                                                  
 humaneval_plus  pass@1,plus; pass@1,base                                         -
 mbpp_plus       pass@1,plus; pass@1,base                                         -
 livecodebench   pass@1,none (also ``livecodebench_v5``, ``livecodebench_v6``)    difficulty
+aime24, aime25  math_verify,none                                                 -
+ifeval          prompt_level_strict_acc,none; inst_level_strict_acc,none; the    -
+                same two loose
+gpqa_diamond    exact_match,flexible-extract; exact_match,strict-match           -
+bbh             exact_match,strict-match; exact_match,flexible-extract           27 subsets
 ==============  ==============================================================  ================================
 
 The last two are not in the paper: HumanEval+ and MBPP+ (evalplus) with the paper's HumanEval and MBPP prompts and
 extraction, scored on evalplus's base and extra tests (tasks/evalplus/plus_tasks.py). The LiveCodeBench tasks
-(tasks/livecodebench/) follow lcb_runner: the whole release_v6, or the v5 and v6 contest-date windows.
+(tasks/livecodebench/) follow lcb_runner: the whole release_v6, or the v5 and v6 contest-date windows. AIME 2024
+and 2025, IFEval, GPQA diamond and BBH are the other benchmarks of the 2026 diffusion-LLM papers (docs/tasks.md).
 
 Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
 code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
@@ -32,13 +38,16 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tasks.aime import AIME, AIME24, AIME25
 from tasks.arc_challenge import ARCChallenge
 from tasks.base import Task
+from tasks.bbh import BBH
 from tasks.evalplus.plus_tasks import HumanEvalPlus, MBPPPlus
-from tasks.gpqa import GPQA
+from tasks.gpqa import GPQA, GPQADiamond
 from tasks.gsm8k import GSM8K
 from tasks.hendrycks_math import HendrycksMath
 from tasks.humaneval import HumanEval
+from tasks.ifeval import IFEval
 from tasks.livecodebench.task import WHOLE_V6, WINDOW_V5, WINDOW_V6, LiveCodeBench
 from tasks.mbpp import MBPP
 from tasks.mmlu_pro import MMLUPro
@@ -59,6 +68,11 @@ TASKS: dict[str, Callable[[], Task]] = {
     "livecodebench": lambda: LiveCodeBench("livecodebench", WHOLE_V6),
     "livecodebench_v5": lambda: LiveCodeBench("livecodebench_v5", WINDOW_V5),
     "livecodebench_v6": lambda: LiveCodeBench("livecodebench_v6", WINDOW_V6),
+    "aime24": lambda: AIME(AIME24),
+    "aime25": lambda: AIME(AIME25),
+    "ifeval": IFEval,
+    "gpqa_diamond": GPQADiamond,
+    "bbh": BBH,
 }
 
 
@@ -69,7 +83,7 @@ PAPER_TASKS = ("mmlu_pro", "arc_challenge", "gsm8k", "math", "gpqa", "humaneval"
 # 2026 diffusion-LLM papers report.
 GROUPS: dict[str, tuple[str, ...]] = {
     "all": PAPER_TASKS,
-    "dllm-2026": ("livecodebench_v6",),
+    "dllm-2026": ("livecodebench_v6", "aime24", "aime25", "ifeval", "gpqa_diamond", "bbh"),
 }
 
 
