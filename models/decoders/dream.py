@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, get_args
+from typing import Any, Callable, Iterator, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
 from models.decoders.sampling import (
     Draws,
@@ -23,14 +23,18 @@ from models.decoders.sampling import (
     check_inputs,
     dream_timesteps,
     dream_masks_and_count,
+    dream_transfer_count_of,
+    fly,
     margin_confidence,
     mask_order,
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
+    right_padded,
     row_starts,
     sample_categorical,
     spread,
+    took_part,
     top_k_filter,
     top_p_filter,
 )
@@ -187,6 +191,13 @@ def _confidence_step(
     return x.scatter(1, chosen, proposals.gather(1, chosen))
 
 
+def _step(cfg: DreamConfig, t: torch.Tensor, s: torch.Tensor, last: bool, count: int) -> Callable[..., torch.Tensor]:
+    """The step from t to s, ``step(x, order, logits, generator=)``: origin's draw, or ``count`` confident commits."""
+    if cfg.alg == "origin":
+        return functools.partial(_origin_step, p_transfer=1.0 if last else 1 - s / t, cfg=cfg)
+    return functools.partial(_confidence_step, count=count, cfg=cfg)
+
+
 def _row_by_row(step: Callable[..., torch.Tensor], x: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
                 generators: Sequence[torch.Generator], starts: list[int]) -> torch.Tensor:
     """One step on each row alone, on its real positions with its own generator: the draws it would make alone.
@@ -232,11 +243,7 @@ def dream_generate(
         masks, count = dream_masks_and_count(mask_index, t, s, last)  # the step's one host read
         order = mask_order(mask_index, masks)
         logits = masked_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)), order, sources)
-        if cfg.alg == "origin":
-            p_transfer = 1.0 if last else 1 - s / t
-            step = functools.partial(_origin_step, p_transfer=p_transfer, cfg=cfg)
-        else:
-            step = functools.partial(_confidence_step, count=count, cfg=cfg)
+        step = _step(cfg, t, s, last, count)
         if draws.rows is None:
             x = step(x, order, logits, generator=draws.shared)
         else:
@@ -244,4 +251,72 @@ def dream_generate(
     return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)
 
 
-DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config)
+@dataclass
+class _Row:
+    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone, the steps it has taken, and its
+    generator."""
+
+    index: int
+    x: torch.Tensor  # [1, prompt + max_new_tokens]
+    prompt_len: int
+    generator: torch.Generator | None
+    steps: int = 0
+    share: float = 0.0
+    forwards: int = 0
+
+
+def _masks_and_counts(rows: list[_Row], cfg: DreamConfig, timesteps: torch.Tensor) -> list[tuple[int, int]]:
+    """Each row's ``dream_masks_and_count`` alone (its own masks and time), all read back in one transfer."""
+    values = []
+    for row in rows:
+        total = (row.x == cfg.mask_id).sum()
+        t, s, last = timesteps[row.steps], timesteps[row.steps + 1], row.steps == cfg.steps - 1
+        values.append(torch.stack([total, dream_transfer_count_of(total, 1, t, s, last)]))
+    return [tuple(pair) for pair in torch.stack(values).tolist()]
+
+
+def _advance(network: Network, rows: list[_Row], cfg: DreamConfig, timesteps: torch.Tensor) -> list[bool]:
+    """One step of every row: one forward of them all, right-padded (``right_padded``: the network's default
+    positions are then each row's own), then each row commits on its own sequence exactly as ``dream_generate`` on
+    it alone; which rows are done."""
+    reads = _masks_and_counts(rows, cfg, timesteps)
+    x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
+    logits = as_logits(network(x, attention_mask=attention_mask, position_ids=None))
+    took_part(rows)
+    for b, (row, (masks, count)) in enumerate(zip(rows, reads)):
+        width = row.x.shape[1]
+        order = mask_order(row.x == cfg.mask_id, masks)
+        row_logits = masked_logits(logits[b:b + 1, :width], order, shifted_sources(1, width, x.device))
+        t, s = timesteps[row.steps], timesteps[row.steps + 1]
+        step = _step(cfg, t, s, row.steps == cfg.steps - 1, count)
+        row.x = step(row.x, order, row_logits, generator=row.generator)
+        row.steps += 1
+    return [row.steps == cfg.steps for row in rows]
+
+
+@torch.no_grad()
+def dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: DreamConfig, max_rows: int,
+                 row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, and every step runs the
+    rows in flight in one forward. A row finishes after its ``steps`` (the whole canvas, as alone); with
+    ``row_seeds`` a sampling row draws from its own generator, so its tokens and forwards are those it has alone
+    (without, the rows share one generator seeded by ``cfg.seed``)."""
+    require_filled(cfg, "dream")
+    validate_dream_config(cfg)
+    if not prompts:
+        return
+    device = prompts[0].device
+    samples = cfg.temperature > 0 or cfg.alg == "origin" or bool(cfg.alg_temp)
+    draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), device)
+    timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
+
+    def admit(i: int) -> _Row:
+        x = F.pad(prompts[i], (0, cfg.max_new_tokens), value=cfg.mask_id)[None]
+        return _Row(i, x, len(prompts[i]), draws.of(i))
+
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps),
+                   lambda row: row.x[0, row.prompt_len:].tolist(), cfg.eos_ids)
+
+
+DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config,
+                stream=dream_stream)

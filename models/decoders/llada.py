@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Sequence, get_args
+from typing import Any, Callable, Iterator, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, canvas_field, output_from_tokens,
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field)
-from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_step_counts,
-                                      row_starts)
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, fly, llada_step_counts,
+                                      right_padded, row_starts, took_part)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -225,4 +225,67 @@ def llada_generate(
     return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id])
 
 
-LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config)
+@dataclass
+class _Row:
+    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone, the steps it has taken, the columns
+    its current block can commit, and its generator."""
+
+    index: int
+    x: torch.Tensor  # [1, prompt + gen_length]
+    prompt_index: torch.Tensor  # [1, prompt + gen_length] bool: the prompt's tokens (what CFG masks)
+    prompt_len: int
+    generator: torch.Generator | None
+    columns: slice | None = None  # set when a block starts
+    steps: int = 0
+    share: float = 0.0
+    forwards: int = 0
+
+
+def _new_row(index: int, prompt: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator | None) -> _Row:
+    canvas = torch.full((cfg.gen_length,), cfg.mask_id, dtype=prompt.dtype, device=prompt.device)
+    prompt_index = torch.cat([prompt != cfg.mask_id, torch.zeros_like(canvas, dtype=torch.bool)])
+    return _Row(index, torch.cat([prompt, canvas])[None], prompt_index[None], len(prompt), generator)
+
+
+def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]:
+    """One step of every row: one forward of them all, right-padded (``right_padded``), then each row proposes and
+    commits on its own sequence exactly as ``llada_generate`` on it alone; which rows are done."""
+    steps_per_block = cfg.steps // (cfg.gen_length // cfg.block_length)
+    counts = llada_step_counts(cfg.block_length, steps_per_block)
+    for row in rows:
+        if row.steps % steps_per_block == 0:  # a block starts
+            start = row.prompt_len + row.steps // steps_per_block * cfg.block_length
+            row.columns = slice(_first_open_column(row.x[:, :start] == cfg.mask_id, start), start + cfg.block_length)
+    x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
+    prompt_index, _ = right_padded([row.prompt_index for row in rows], False)
+    logits = _forward(network, x, attention_mask, prompt_index, cfg)
+    took_part(rows)
+    for b, row in enumerate(rows):
+        open_masks = row.x[:, row.columns] == cfg.mask_id
+        x0, confidence = _proposals_and_confidence(logits[b:b + 1, :row.x.shape[1]], cfg, row.generator, row.columns)
+        row.x[:, row.columns] = _commit(row.x, x0, confidence, open_masks, row.columns,
+                                        counts[row.steps % steps_per_block])
+        row.steps += 1
+    return [row.steps == cfg.steps for row in rows]
+
+
+@torch.no_grad()
+def llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: LLaDAConfig, max_rows: int,
+                 row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, and every step runs the
+    rows in flight in one forward. A row finishes when its schedule is done (the whole canvas, as alone); with
+    ``row_seeds`` a sampling row draws from its own generator, so its tokens and forwards are those it has alone
+    (without, the rows share one generator seeded by ``cfg.seed``)."""
+    require_filled(cfg, "llada")
+    validate_llada_config(cfg)
+    if not prompts:
+        return
+    samples = cfg.temperature > 0 or cfg.remasking == "random"
+    draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
+    yield from fly(len(prompts), max_rows, lambda i: _new_row(i, prompts[i], cfg, draws.of(i)),
+                   lambda rows: _advance(network, rows, cfg), lambda row: row.x[0, row.prompt_len:].tolist(),
+                   [cfg.eos_id, cfg.eot_id])
+
+
+LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config,
+                stream=llada_stream)

@@ -1,4 +1,5 @@
-"""Pure pieces shared by the diffusion decoders: noise, truncation, confidences, transfer schedules.
+"""Pure pieces shared by the diffusion decoders: noise, truncation, confidences, transfer schedules, and the driver
+of their rows in flight (``fly``).
 
 Everything here is a function of its arguments (randomness comes from an explicit ``torch.Generator``), so the
 decoders stay reproducible and each piece can be tested against a hand computation.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 import torch
 import torch.nn.functional as F
+
+from models.decoders.contract import DecodeResult, Step, cut_after_eos
 
 
 # ---- network output ---------------------------------------------------------------------------------------------
@@ -75,6 +78,10 @@ class Draws:
                   device: torch.device | str) -> "Draws":
         rows = row_generators(row_seeds, batch, device)
         return cls(None, tuple(rows)) if rows is not None else cls(make_generator(seed, device), None)
+
+    def of(self, row: int) -> torch.Generator | None:
+        """The generator row ``row`` draws from: its own, or the one the batch shares."""
+        return self.shared if self.rows is None else self.rows[row]
 
     def by_row(self, step: Callable[..., torch.Tensor], batched: tuple[torch.Tensor, ...], *args: Any) -> torch.Tensor:
         """``step(*batched, *args, generator)`` on the whole batch, or on each row's slice of ``batched`` with its
@@ -223,3 +230,57 @@ def spread(values: torch.Tensor, order: torch.LongTensor, shape: torch.Size, fil
     order ``mask_order`` gives, without the read a boolean index needs."""
     out = torch.full((math.prod(shape),), fill, dtype=values.dtype, device=values.device)
     return out.scatter_(0, order, values).view(shape)
+
+
+# ---- rows in flight ---------------------------------------------------------------------------------------------
+class InFlight(Protocol):
+    """What the driver reads of a decoder's row: its prompt's index, its share of the calls it took part in (a
+    call on n rows costs each 1/n) and how many it took part in (its count alone)."""
+
+    index: int
+    share: float
+    forwards: int
+
+
+Row = TypeVar("Row", bound=InFlight)
+
+
+def took_part(rows: Sequence[InFlight]) -> None:
+    """Count one batched call for each of ``rows``."""
+    for row in rows:
+        row.share += 1 / len(rows)
+        row.forwards += 1
+
+
+def right_padded(rows: Sequence[torch.Tensor], fill: int | bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows [1, w] stacked right-padded to the widest, and the [n, W] mask of real columns (None when no row is
+    padded). Right, not left: a row's tokens keep the columns, so the positions, they have alone, whatever the
+    network's default positions, and a bidirectional network masks the pad keys from every real query."""
+    widths = [row.shape[1] for row in rows]
+    width = max(widths)
+    ids = torch.cat([F.pad(row, (0, width - w), value=fill) for row, w in zip(rows, widths)])
+    if min(widths) == width:
+        return ids, None
+    real = torch.arange(width, device=ids.device) < torch.tensor(widths, device=ids.device)[:, None]
+    return ids, real.long()
+
+
+def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],
+        generated: Callable[[Row], list[int]], eos_ids: Sequence[int]) -> Iterator[Step]:
+    """Rows in flight over ``count`` prompts: at most ``max_rows`` rows, a waiting prompt taking the row of the first
+    to finish before the next step. ``admit(i)`` makes prompt i's row; ``advance(rows)`` runs one step of every row
+    (its forwards counted with ``took_part``) and says which finished; ``generated(row)`` is a finished row's ids."""
+    if max_rows < 1:
+        raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+    waiting, rows = list(range(count))[::-1], []
+    while waiting or rows:
+        admitted = [waiting.pop() for _ in range(min(max_rows - len(rows), len(waiting)))]
+        rows += [admit(i) for i in admitted]
+        ran = len(rows)
+        done = advance(rows)
+        finished = []
+        for row in (r for r, d in zip(rows, done) if d):
+            ids, found = cut_after_eos(generated(row), eos_ids)
+            finished.append((row.index, DecodeResult(ids, row.share, not found, forwards=row.forwards)))
+        rows = [r for r, d in zip(rows, done) if not d]
+        yield Step(tuple(admitted), tuple(finished), ran)

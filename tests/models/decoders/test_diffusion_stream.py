@@ -1,0 +1,137 @@
+"""Rows in flight (``Decoder.stream``) of the diffusion decoders: every row's token ids and forward count equal its
+prompt decoded alone (fp32), whatever its neighbours and whenever it was admitted. Mixed prompt lengths, more
+prompts than rows, rows that end early, late or never, greedy and seeded sampling, on tiny real networks."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterator
+
+import pytest
+import torch
+
+from diffusion_stubs import TinyBidirectionalNet
+from models.decoders.contract import DecodeResult, Step
+from models.decoders.dream import DREAM, DreamConfig
+from models.decoders.llada import LLADA, LLaDAConfig
+from models.decoders.sampling import row_seed
+from models.networks.dream import tiny_dream_config
+from models.networks.llada import tiny_llada_config
+from models.networks.loading import build_network
+
+V, MASK, EOS, EOT = 16, 15, 14, 13
+PROMPTS = [[3, 7, 2], [4, 1, 8, 8, 6, 5], [9, 4], [2, 5, 2, 1], [5, 6, 7, 8, 9, 10, 11]]
+SEEDS = tuple(row_seed(1234, str(i)) for i in range(len(PROMPTS)))
+ROWS = 2
+
+
+class EndProne(torch.nn.Module):
+    """A network with the end-of-sequence logit raised, so rows end early, late or not at all."""
+
+    def __init__(self, network: Callable[..., torch.Tensor], boost: float) -> None:
+        super().__init__()
+        self.network, self.boost = network, boost
+
+    def forward(self, ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        logits = self.network(ids, **kwargs).clone()
+        logits[..., EOS] += self.boost
+        return logits
+
+    def new_cache(self, batch: int, capacity: int) -> Any:
+        return self.network.new_cache(batch, capacity)
+
+
+def drain(steps: Iterator[Step], max_rows: int) -> tuple[dict[int, DecodeResult], int]:
+    """Each prompt's result and the number of steps; every prompt admitted once and finished once, never more than
+    ``max_rows`` rows in a step."""
+    results: dict[int, DecodeResult] = {}
+    admitted: list[int] = []
+    count = 0
+    for step in steps:
+        count += 1
+        assert 0 < step.rows <= max_rows
+        admitted += step.admitted
+        for index, result in step.finished:
+            assert index not in results
+            results[index] = result
+    assert sorted(admitted) == sorted(results) == list(range(len(PROMPTS)))
+    return results, count
+
+
+def assert_rows_decode_alone(decoder: Any, network: Any, config: Any, seeds: tuple[int, ...] | None) -> list[DecodeResult]:
+    """The stream's rows against each prompt decoded alone at batch 1 (with its own seed); returns the stream's."""
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    results, steps = drain(decoder.stream(network, prompts, config, ROWS, seeds), ROWS)
+    for i, prompt in enumerate(prompts):
+        extra = {} if seeds is None else {"row_seeds": (seeds[i],)}
+        (alone,) = decoder.generate(network, prompt[None], None, config, **extra).rows
+        assert results[i].token_ids == alone.token_ids, i
+        assert results[i].hit_max_tokens == alone.hit_max_tokens
+        assert results[i].forwards == alone.forwards
+    assert sum(r.nfe for r in results.values()) == pytest.approx(steps)  # each step's forward split across its rows
+    return [results[i] for i in range(len(PROMPTS))]
+
+
+def stub(positional: str, seed: int = 3, boost: float = 1.5) -> EndProne:
+    return EndProne(TinyBidirectionalNet(V, positional=positional, banned=(MASK,), seed=seed), boost)
+
+
+def native(config: Any) -> EndProne:
+    return EndProne(build_network(config, seed=0), 1.0)
+
+
+LLADA_BASE = LLaDAConfig(gen_length=8, steps=8, block_length=8, mask_id=MASK, eos_id=EOS, eot_id=EOT)
+LLADAS = {
+    "greedy": LLADA_BASE,
+    "blocks": dataclasses.replace(LLADA_BASE, block_length=4, steps=4),
+    "gumbel": dataclasses.replace(LLADA_BASE, temperature=0.8),
+    "random-remasking": dataclasses.replace(LLADA_BASE, temperature=1.0, remasking="random", block_length=4),
+    "cfg": dataclasses.replace(LLADA_BASE, cfg_scale=0.5),
+    "eos-options": dataclasses.replace(LLADA_BASE, logits_eos_inf=True, confidence_eos_eot_inf=True),
+}
+
+
+@pytest.mark.parametrize("network", [lambda: stub("rope"), lambda: native(tiny_llada_config(V))],
+                         ids=["stub", "native"])
+@pytest.mark.parametrize("name", list(LLADAS))
+def test_llada_rows_in_flight_decode_as_alone(network, name):
+    config = LLADAS[name]
+    samples = config.temperature > 0 or config.remasking == "random"
+    assert_rows_decode_alone(LLADA, network(), config, SEEDS if samples else None)
+
+
+DREAM_BASE = DreamConfig(max_new_tokens=8, steps=4, mask_id=MASK, eos_ids=(EOS, EOT))
+DREAMS = {
+    "entropy": DREAM_BASE,
+    "margin-top-p": dataclasses.replace(DREAM_BASE, alg="topk_margin", top_p=0.9, steps=8),
+    "origin": dataclasses.replace(DREAM_BASE, temperature=0.8, alg="origin"),
+    "maskgit-alg-temp": dataclasses.replace(DREAM_BASE, temperature=0.8, alg="maskgit_plus", alg_temp=0.5, steps=8),
+}
+
+
+@pytest.mark.parametrize("network", [lambda: stub("absolute"), lambda: native(tiny_dream_config(V))],
+                         ids=["stub", "native"])
+@pytest.mark.parametrize("name", list(DREAMS))
+def test_dream_rows_in_flight_decode_as_alone(network, name):
+    config = DREAMS[name]
+    samples = config.temperature > 0 or config.alg == "origin" or bool(config.alg_temp)
+    assert_rows_decode_alone(DREAM, network(), config, SEEDS if samples else None)
+
+
+@pytest.mark.parametrize("decoder,config,network", [(LLADA, LLADA_BASE, lambda: stub("rope", 0, 3.0)),
+                                                    (DREAM, DREAM_BASE, lambda: stub("absolute", 1, 1.0))],
+                         ids=["llada", "dream"])
+def test_rows_end_early_late_or_never(decoder, config, network):
+    """The canvas runs whole (these decoders never stop at end of sequence); each row is cut at its own."""
+    results = assert_rows_decode_alone(decoder, network(), config, None)
+    lengths = [None if r.hit_max_tokens else len(r.token_ids) for r in results]
+    assert None in lengths and min(n for n in lengths if n) <= 4 and max(n for n in lengths if n) >= 5
+
+
+def test_without_row_seeds_the_rows_share_one_generator():
+    """No row seeds: one generator (``seed``) serves every row, so a row's draws depend on its neighbours."""
+    config = dataclasses.replace(LLADAS["random-remasking"], seed=5)
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    once, _ = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
+    again, _ = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
+    assert once == again
