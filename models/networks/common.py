@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Iterator
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -391,23 +391,24 @@ class BlockForward:
                         self.config.dim_per_head, w.dtype, w.device)
 
     def block_forward(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
-                      write: bool | int) -> Tensor:
+                      write: bool | int | Sequence[int]) -> Tensor:
         """Logits [B, L, vocab], unshifted, of L new entries at ``position_ids`` [B|1, L] (or a range every row
         shares, which spares the one-block test its read), which attend to every live cached entry of their row and
         to each other block-causally (``block_causal_mask``): one call for a prefill
         of whole blocks and for one block. ``write``: how many of the new entries, from the left, keep their K/V
         (True: all, a commit; False: none, a peek, the columns past each row's length then hold garbage; a count
-        in between: a commit fused with the next block's peek)."""
+        in between: a commit fused with the next block's peek; a count per row: rows in flight at different
+        phases)."""
         with self.block_forward_call(input_ids, position_ids, cache, block_length, write) as step:
             return self.block_forward_step(*step)
 
     @contextmanager
     def block_forward_call(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
-                           write: bool | int, static: bool = False) -> Iterator[tuple[Any, ...]]:
+                           write: bool | int | Sequence[int], static: bool = False) -> Iterator[tuple[Any, ...]]:
         """``block_forward``'s host half: the inputs checked and the cache's columns claimed for the call
         (``KVBuffer.claim``; ``static`` as a compiled step takes them); yields ``block_forward_step``'s arguments."""
         positions, one_block = block_positions(input_ids, position_ids, cache, block_length)
-        keep = input_ids.shape[1] if write is True else int(write)
+        keep = input_ids.shape[1] if write is True else write if isinstance(write, Sequence) else int(write)
         with cache.claim(input_ids.shape[1], keep=keep, static=static) as plan:
             yield input_ids, positions, cache, plan, block_length, one_block
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -79,11 +79,13 @@ class KVBuffer:
         return plan
 
     @contextmanager
-    def claim(self, n_new: int, keep: int, static: bool = False) -> Iterator[Reservation]:
+    def claim(self, n_new: int, keep: int | Sequence[int], static: bool = False) -> Iterator[Reservation]:
         """``reserve(n_new, static)`` for one forward, after which each row keeps only the first ``keep`` of the new
-        entries (0: a block diffusion "peek", whose K/V are written, attended to and left as free columns)."""
-        if not 0 <= keep <= n_new:
-            raise ValueError(f"cannot keep {keep} of {n_new} new entries")
+        entries (0: a block diffusion "peek", whose K/V are written, attended to and left as free columns); a
+        sequence gives each row its own count (rows in flight, some peeking while others commit)."""
+        keeps = [keep] * self.batch if isinstance(keep, int) else list(keep)
+        if len(keeps) != self.batch or not all(0 <= k <= n_new for k in keeps):
+            raise ValueError(f"cannot keep {keep} of {n_new} new entries in each of {self.batch} rows")
         before = list(self.lengths)
         plan = self.reserve(n_new, static)
         try:
@@ -91,7 +93,7 @@ class KVBuffer:
         except BaseException:
             self.lengths = before
             raise
-        self.lengths = [n + keep for n in before]
+        self.lengths = [n + k for n, k in zip(before, keeps)]
 
     def overwrite(self, start: int, n_new: int) -> Reservation:
         """Write ``n_new`` entries over columns ``start .. start + n_new - 1`` of every row, lengths unchanged; the

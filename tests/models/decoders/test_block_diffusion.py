@@ -1,6 +1,6 @@
 """The block-diffusion decoder against independent computations: scripted logits with known answers, a full
 recompute (no cache, block-causal mask over the whole sequence) against the cached native networks, and every row
-of a left-padded batch against the row decoded alone."""
+of a left-padded batch, and of rows in flight, against the row decoded alone."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 from block_stubs import RecomputeNetwork, native_logits, table_logits
 
-from models.decoders.block_diffusion import (BlockDiffusionConfig, block_diffusion_generate, commit_rule, propose,
+from models.decoders.block_diffusion import (BlockDiffusionConfig, block_diffusion_generate, block_diffusion_stream,
+                                             commit_rule, propose,
                                              transfer_schedule, validate_block_diffusion_config)
 from models.decoders.contract import ConfigError
 from models.decoders.sampling import Draws
@@ -273,3 +274,40 @@ def test_every_row_of_a_batch_equals_the_row_alone(name):
         alone = decode(network, [prompt], cfg, gen=13, row_seeds=None if seeds is None else [seeds[i]])
         assert batch.rows[i].token_ids == alone.rows[0].token_ids, f"row {i}"
     assert batch.nfe < sum(decode(network, [p], cfg, gen=13).nfe for p in PROMPTS)
+
+
+# ---- rows in flight against rows alone --------------------------------------------------------------------------
+FLIGHT_PROMPTS = [[3, 4], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25, 26], [5, 6, 7, 8, 9, 10, 11, 12],
+                  [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40], [41, 42, 43]]  # shorter than, one, two and more blocks
+
+
+def varied_end(network, cfg: BlockDiffusionConfig, seeds) -> int:
+    """The token whose first place among the prompts' outputs alone (no end of sequence) varies most: as the end of
+    sequence it ends some rows early, some late and leaves some running to the canvas's end."""
+    never = dataclasses.replace(cfg, eos_ids=(V,))
+    outputs = [decode(network, [p], never, gen=13, row_seeds=None if seeds is None else [seeds[i]]).rows[0].token_ids
+               for i, p in enumerate(FLIGHT_PROMPTS)]
+    def places(token: int) -> set[int]:
+        return {out.index(token) if token in out else len(out) for out in outputs}
+    return max(range(V - 2), key=lambda token: (len(places(token)), -token))
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_rows_in_flight_equal_rows_alone(name):
+    """Six prompts of mixed lengths through two rows: each row's tokens and forwards are its decode alone's,
+    whenever it was admitted and whatever its neighbours' blocks and phases."""
+    build, cfg = SETTINGS[name]
+    network = build()
+    seeds = [21, 22, 23, 24, 25, 26] if cfg.temperature > 0 else None
+    cfg = dataclasses.replace(cfg, eos_ids=(varied_end(network, cfg, seeds),), gen_length=13)
+    alone = [decode(network, [p], cfg, gen=13, row_seeds=None if seeds is None else [seeds[i]]).rows[0]
+             for i, p in enumerate(FLIGHT_PROMPTS)]
+    steps = list(block_diffusion_stream(network, [torch.tensor(p) for p in FLIGHT_PROMPTS], cfg, 2, seeds))
+    flown = dict(item for step in steps for item in step.finished)
+    assert sorted(flown) == list(range(len(FLIGHT_PROMPTS)))
+    for i, row in enumerate(alone):
+        assert (flown[i].token_ids, flown[i].forwards) == (row.token_ids, row.forwards), f"prompt {i}"
+        assert flown[i].hit_max_tokens == row.hit_max_tokens
+    assert len({len(row.token_ids) for row in alone}) >= 3  # rows end early, late and at the canvas's end
+    assert all(step.rows <= 2 for step in steps) and sum(len(step.admitted) for step in steps) == 6
+    assert sum(row.nfe for row in flown.values()) < sum(row.forwards for row in alone)  # forwards shared

@@ -73,3 +73,20 @@ def test_admit_appends_the_rows_of_another_buffer_that_take_entries_like_the_oth
     assert torch.equal(cache.row_kv(2)[0][0][:, :, :4], theirs[0, 0, :1, :, :4])
     with pytest.raises(ValueError, match="cannot admit"):
         cache.admit(KVBuffer(1, 1, 3, 1, 4, torch.float32, "cpu"))
+
+
+def test_claim_keeps_a_count_of_new_entries_per_row():
+    """Rows in flight at different phases share a forward: one peeks (keeps none), one commits (keeps all), one
+    keeps part; each row's new entries go after its own, and a failed forward leaves every length as it was."""
+    cache = buffer([2, 4, 0])
+    with cache.claim(3, keep=[0, 3, 1]) as plan:
+        cache.store(0, plan, entries(3, 7.0, 3), entries(3, -7.0, 3))
+    assert cache.lengths == [2, 7, 1]
+    assert plan.index.tolist() == [[2, 3, 4], [4, 5, 6], [0, 1, 2]]
+    assert (cache.row_kv(1)[0][0][:, :, 4:] == 7).all() and (cache.row_kv(2)[0][0] == 7).all()
+    with pytest.raises(RuntimeError), cache.claim(1, keep=[1, 1, 1]):
+        raise RuntimeError("the forward failed")
+    assert cache.lengths == [2, 7, 1]
+    for keep in ([1, 1], [0, 2, 0]):
+        with pytest.raises(ValueError, match="cannot keep"), cache.claim(1, keep=keep):
+            pass

@@ -1,4 +1,5 @@
-"""Block diffusion with exact KV reuse (SDAR/TraDo, Fast-dLLM v2): blocks decoded in parallel, left to right.
+"""Block diffusion with exact KV reuse (SDAR/TraDo, Fast-dLLM v2, LLaDA2), a static batch in lockstep: blocks decoded
+in parallel, left to right.
 
 The sequence is cut into blocks of ``block_length`` at absolute positions 0, B, 2B, ...; attention is block-causal
 (bidirectional inside a block), so a finished block's K/V never change and are written once. Per block:
@@ -12,10 +13,11 @@ The sequence is cut into blocks of ``block_length`` at absolute positions 0, B, 
 The prompt's whole blocks are prefilled in one forward first. With ``fused_commit`` (LLaDA2, whose published
 ``generate`` recomputes the whole prefix every step) there is no prefill or commit forward of its own: a block's
 first peek carries the blocks not yet written and writes them, so every forward is one of the reference's steps.
-The rows of a batch run in lockstep on absolute
-blocks (each row's prompt starts at column 0, so every row holds the same number of cached entries): a row whose
-prompt still covers the current block, or whose masks are all filled, idles through the batch's peeks, which leave
-its cache untouched, so its tokens are those it gets alone. Finished rows leave the batch and the cache.
+The rows of a batch run in lockstep on absolute blocks, as the published batched code runs them (each row's prompt
+starts at column 0, so every row holds the same number of cached entries): a row whose prompt still covers the
+current block, or whose masks are all filled, idles through the batch's peeks, which leave its cache untouched, so
+its tokens are those it gets alone. Finished rows leave the batch and the cache. Rows in flight, each on its own
+schedule, are ``stream``'s.
 
 On an accelerator every read of a device value by the host waits for the queue to drain, so the host tracks what
 it can and reads the rest once where it must decide: the prompt lengths and each window's (sub-block's) masks at
@@ -31,179 +33,16 @@ networks; docs/networks.md). docs/decoders.md describes the rules and where they
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence, get_args
+from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 
-from models.decoders.contract import (ConfigError, Decoder, DecodeOutput, DecodeResult, canvas_field, cut_after_eos,
-                                      require_filled, token_id_field)
-from models.decoders.sampling import Draws, check_inputs, llada_step_counts, top_k_filter, top_p_filter
-
-Remasking = Literal["low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "sequential",
-                    "threshold_plus_best"]
-REMASKING = get_args(Remasking)
-
-
-@dataclass(frozen=True)
-class BlockDiffusionConfig:
-    """One block-diffusion decode. SDAR's rules are ``low_confidence_static`` (a fixed count per step from the
-    schedule), ``low_confidence_dynamic`` (every mask above ``confidence_threshold``, else the schedule's count) and
-    ``entropy_bounded`` (the lowest-entropy masks whose entropies sum to ``eb_threshold``, at least one), plus
-    ``sequential``; Fast-dLLM v2's is ``threshold_plus_best`` (every mask above the threshold and always the most
-    confident one) over sub-blocks of ``sub_block_length`` decoded left to right, with its one-token logit shift and
-    the next block's first token from the commit pass.
-
-    temperature 0 is greedy (argmax, confidence = its softmax probability); above 0 the logits are divided by it,
-    truncated by ``top_k`` / ``top_p`` and sampled, confidence being the sampled token's probability under that
-    truncated distribution (SDAR's sampler; SDAR's own "greedy" is temperature 1 with top_k 1).
-    """
-
-    gen_length: int | None = canvas_field()
-    block_length: int = 4
-    denoising_steps: int = 4
-    remasking: Remasking = "low_confidence_static"
-    confidence_threshold: float = 0.85
-    eb_threshold: float = 0.35
-    sub_block_length: int | None = None  # None: the whole block is one sub-block
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    logit_shift: bool = False  # position i scored by the logits at i - 1 (Fast-dLLM v2)
-    first_token_from_commit: bool = False  # a block's first token is the argmax of the previous forward's last logit
-    commit_finished_block: bool = True  # False: no commit forward once every row of the batch has finished
-    fused_commit: bool = False  # finished blocks are written by the next block's first peek (LLaDA2)
-    eos_early_stop: bool = False  # a row stops mid-block once its tokens up to an end of sequence are all filled
-    edit_threshold: float | None = None  # LLaDA2.1's token editing: a filled token whose proposal differs re-takes it
-    max_post_edit_steps: int = 16  # editing steps once the block holds no mask
-    seed: int = 0
-    mask_id: int | None = token_id_field()
-    eos_ids: tuple[int, ...] | None = token_id_field()
-
-
-def block_diffusion_at_canvas(cfg: BlockDiffusionConfig, canvas: int) -> BlockDiffusionConfig:
-    return dataclasses.replace(cfg, gen_length=canvas)
-
-
-def validate_block_diffusion_config(cfg: BlockDiffusionConfig) -> None:
-    """One line for each setting the decoder cannot run."""
-    if cfg.remasking not in REMASKING:
-        raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
-    if cfg.edit_threshold is not None and (cfg.eos_early_stop or cfg.sub_block_length or cfg.temperature):
-        raise ConfigError("token editing (edit_threshold) runs whole blocks greedily: unset eos_early_stop, "
-                          "sub_block_length and temperature, or edit_threshold")
-    if cfg.max_post_edit_steps < 0:
-        raise ConfigError(f"max_post_edit_steps must be >= 0, got {cfg.max_post_edit_steps}")
-    if cfg.block_length < 1:
-        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
-    if not 1 <= cfg.denoising_steps <= cfg.block_length:
-        raise ConfigError(f"denoising_steps must be in 1..block_length ({cfg.block_length}), got {cfg.denoising_steps}")
-    sub = cfg.sub_block_length
-    if sub is not None and (sub < 1 or cfg.block_length % sub):
-        raise ConfigError(f"sub_block_length {sub} must divide block_length {cfg.block_length}")
-    if cfg.gen_length is not None and cfg.gen_length < 1:
-        raise ConfigError(f"gen_length must be >= 1, got {cfg.gen_length}")
-    if not cfg.temperature >= 0:
-        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
-    if cfg.top_k < 0 or not 0 < cfg.top_p <= 1:
-        raise ConfigError(f"top_k must be >= 0 and top_p in (0, 1], got {cfg.top_k} and {cfg.top_p}")
-    for name in ("confidence_threshold", "eb_threshold"):
-        if math.isnan(getattr(cfg, name)):
-            raise ConfigError(f"{name} must be a number")
-
-
-def transfer_schedule(block_length: int, steps: int) -> list[int]:
-    """Masks to commit at each step of a block: block // steps each, one more for the first block % steps (LLaDA's
-    split of a block's masks, the same rule in SDAR's and LLaDA2's code)."""
-    return llada_step_counts(block_length, steps)
-
-
-# ---- proposals: logits -> (token, confidence, sampling distribution) ---------------------------------------------
-@dataclass(frozen=True)
-class Proposal:
-    tokens: torch.LongTensor  # [A, W] the token each position would take
-    confidence: torch.Tensor  # [A, W] its probability
-    probs: torch.Tensor  # [A, W, V] the distribution it came from (entropy_bounded and never_the_mask read it)
-
-
-def propose(logits: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws,
-            drawing: Sequence[int] | None) -> Proposal:
-    """Greedy at temperature 0; otherwise SDAR's sampler: /T, top-k, top-p, softmax, one draw per position of the
-    window. With per-row generators only the rows in ``drawing`` (those that still hold a mask, known on the host)
-    draw, as they would alone (a row idling through the batch's steps consumes nothing): a loop over rows, one
-    ``multinomial`` each, the price of per-row seeds. ``drawing`` is unused with a shared generator or greedy."""
-    if cfg.temperature == 0:
-        probs = F.softmax(logits, dim=-1)
-        tokens = probs.argmax(dim=-1)
-        return Proposal(tokens, probs.gather(-1, tokens[..., None]).squeeze(-1), probs)
-    scaled = logits if cfg.temperature == 1 else logits / cfg.temperature
-    if cfg.top_k > 0:
-        scaled = top_k_filter(scaled, cfg.top_k)
-    if cfg.top_p < 1:
-        scaled = top_p_filter(scaled, cfg.top_p)
-    probs = F.softmax(scaled, dim=-1)
-    rows, width, vocab = probs.shape
-    if draws.rows is None:
-        tokens = torch.multinomial(probs.reshape(-1, vocab), 1, generator=draws.shared).view(rows, width)
-    else:
-        tokens = probs.argmax(dim=-1)  # rows without a mask keep a placeholder nobody commits
-        for row in drawing:
-            tokens[row] = torch.multinomial(probs[row], 1, generator=draws.rows[row]).view(width)
-    return Proposal(tokens, probs.gather(-1, tokens[..., None]).squeeze(-1), probs)
-
-
-def never_the_mask(proposal: Proposal, mask_id: int) -> torch.Tensor:
-    """The proposed tokens, with a proposal of the mask id itself replaced by the likeliest other token. Committing
-    the mask id would leave the position masked, so a network that proposes it (an untrained one does) would stall:
-    Fast-dLLM v2's published loop then never ends, SDAR's runs past its schedule, LLaDA2's leaves masks. Every
-    other proposal is untouched, so tokens equal the references' wherever they finish."""
-    top2 = torch.topk(proposal.probs, 2, dim=-1).indices
-    other = torch.where(top2[..., 0] == mask_id, top2[..., 1], top2[..., 0])
-    return torch.where(proposal.tokens == mask_id, other, proposal.tokens)
-
-
-# ---- commit rules: which masks of the window take their proposal this step -------------------------------------
-def _top_count(confidence: torch.Tensor, k: int, counts: torch.Tensor) -> torch.Tensor:
-    """[A, W] bool: each row's ``counts[a]`` (<= k) highest confidences, from one ``torch.topk(k)`` as the reference
-    calls it (so ties fall the same way), with no read of ``counts`` by the host."""
-    order = torch.topk(confidence, min(k, confidence.shape[1]), dim=-1).indices
-    rank_kept = torch.arange(order.shape[1], device=confidence.device)[None] < counts[:, None]
-    return torch.zeros_like(confidence, dtype=torch.bool).scatter(1, order, rank_kept)
-
-
-def commit_rule(cfg: BlockDiffusionConfig, proposal: Proposal, masked: torch.Tensor, step: int,
-                schedule: Sequence[int]) -> torch.Tensor:
-    """[A, W] bool of the masks that take their proposed token. Never more than a row's masks: the published SDAR
-    rules take a top-k over every position, which, once fewer masks remain than the step's count, overwrites
-    committed (or prompt) tokens; here the count is capped at the masks left (docs/decoders.md)."""
-    confidence = torch.where(masked, proposal.confidence, -torch.inf)
-    n_masked = masked.sum(dim=1)
-    want = schedule[min(step, len(schedule) - 1)]
-    if cfg.remasking == "low_confidence_static":
-        return _top_count(confidence, want, n_masked.clamp(max=want))
-    if cfg.remasking == "low_confidence_dynamic":
-        confident = confidence > cfg.confidence_threshold
-        enough = confident.sum(dim=1) >= want
-        return torch.where(enough[:, None], confident, _top_count(confidence, want, n_masked.clamp(max=want)))
-    if cfg.remasking == "sequential":
-        columns = torch.arange(masked.shape[1], device=masked.device)[None]
-        first = torch.where(masked, columns, masked.shape[1]).min(dim=1, keepdim=True).values
-        return (columns >= first) & (columns < first + want) & masked
-    if cfg.remasking == "entropy_bounded":
-        entropy = -(proposal.probs * proposal.probs.clamp_min(1e-12).log()).sum(dim=-1)
-        entropy = torch.where(masked, entropy, torch.inf)
-        ordered, order = torch.sort(entropy, dim=1)
-        below = (torch.cumsum(ordered, dim=1) < cfg.eb_threshold).sum(dim=1)
-        counts = torch.minimum(below.clamp_min(1), n_masked)
-        rank_kept = torch.arange(masked.shape[1], device=masked.device)[None] < counts[:, None]
-        return torch.zeros_like(masked).scatter(1, order, rank_kept)
-    # threshold_plus_best (Fast-dLLM v2): above the threshold, and always the most confident mask
-    chosen = confidence > cfg.confidence_threshold
-    best = confidence.argmax(dim=1, keepdim=True)
-    return chosen.scatter(1, best, True) & masked
+from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
+                                                   masks_after_static, peek_window, transfer_schedule,
+                                                   validate_block_diffusion_config)
+from models.decoders.contract import DecodeOutput, DecodeResult, cut_after_eos, require_filled
+from models.decoders.sampling import Draws, check_inputs
 
 
 # ---- the decode -------------------------------------------------------------------------------------------------
@@ -357,23 +196,17 @@ class _BlockDecode:
             self.edit_block(start, end)
             return False
         for low in range(start, end, self.sub):
-            window, columns = low // self.sub, slice(low - start, low - start + self.sub)
+            window = low // self.sub
             while any(row_left[window] for row_left in self.rows.masks_left):
                 current = self.rows.canvas[:, low:low + self.sub]
-                masked = current == cfg.mask_id
-                logits = self.forward(start, end, write=False)
-                if cfg.logit_shift:
-                    logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
                 drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
-                proposal = propose(logits[:, columns], cfg, self.rows.draws, drawing)
-                chosen = commit_rule(cfg, proposal, masked, step, self.schedule)
-                tokens = never_the_mask(proposal, cfg.mask_id)
-                updated = torch.where(chosen, tokens, current)
+                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False), current,
+                                                      low - start, step, self.schedule, self.rows.draws, drawing)
                 self.rows.canvas[:, low:low + self.sub] = updated
                 stopped = None
                 if cfg.eos_early_stop:
-                    committed_eos = chosen & torch.isin(tokens, self.eos)
-                    stopped = _complete_to_eos(self.rows, end, self.eos, cfg.mask_id, committed_eos)
+                    stopped = completes_to_eos(self.rows.canvas[:, :end], self.rows.prompt_lengths, self.eos,
+                                               cfg.mask_id, chosen & torch.isin(tokens, self.eos))
                 if self.count_masks(window, step, updated, stopped):
                     return True
                 step += 1
@@ -381,14 +214,11 @@ class _BlockDecode:
 
     def count_masks(self, window: int, step: int, updated: torch.Tensor, stopped: torch.Tensor | None) -> bool:
         """Each row's masks left in ``window`` (now ``updated``) after ``step``. The static rule's are known on the
-        host (a row commits exactly min(its masks, the step's count): ``commit_rule`` caps the count and
-        ``never_the_mask`` never commits the mask id); any other rule's are read, in the same read as the rows
-        ``stopped`` mid-block (``eos_early_stop``; read as -1), which leave. True when every row has stopped."""
+        host (``masks_after_static``); any other rule's are read, in the same read as the rows ``stopped`` mid-block (``eos_early_stop``; read as -1), which leave. True when every row has stopped."""
         cfg, rows = self.cfg, self.rows
         if cfg.remasking == "low_confidence_static" and stopped is None:
-            want = self.schedule[min(step, len(self.schedule) - 1)]
             for row_left in rows.masks_left:
-                row_left[window] = max(row_left[window] - want, 0)
+                row_left[window] = masks_after_static(row_left[window], step, self.schedule)
             return False
         left = (updated == cfg.mask_id).sum(dim=1)
         counts = (left if stopped is None else torch.where(stopped, -1, left)).tolist()
@@ -408,30 +238,16 @@ class _BlockDecode:
         post_steps = torch.zeros_like(done, dtype=torch.long)
         for step in range(cfg.block_length + cfg.max_post_edit_steps):
             current = rows.canvas[:, start:end]
-            masked = current == cfg.mask_id
-            proposal = propose(self.forward(start, end, write=False), cfg, rows.draws, None)  # greedy: no draws
-            tokens = never_the_mask(proposal, cfg.mask_id)
-            filled = ~masked.any(dim=1)
+            tokens, change = edit_changes(cfg, self.forward(start, end, write=False), current, editable, step,
+                                          self.schedule)
+            filled = ~(current == cfg.mask_id).any(dim=1)
             post_steps += (filled & ~done).long()
             done |= filled & (post_steps > cfg.max_post_edit_steps)
-            fill = commit_rule(cfg, proposal, masked, step, self.schedule)
-            edit = (proposal.confidence > cfg.edit_threshold) & (current != tokens) & editable & ~masked
-            change = (fill | edit) & ~done[:, None]
+            change &= ~done[:, None]
             done |= ~change.any(dim=1)
             rows.canvas[:, start:end] = torch.where(change, tokens, current)
             if bool(done.all()):
                 return
-
-
-def _complete_to_eos(rows: Rows, end: int, eos: torch.Tensor, mask_id: int,
-                     committed_eos: torch.Tensor) -> torch.Tensor:
-    """[A] bool: rows that committed an end of sequence this step and hold no mask between their prompt and their
-    first end of sequence (LLaDA2's ``eos_early_stop``)."""
-    columns = torch.arange(end, device=rows.canvas.device)[None]
-    generated = columns >= rows.prompt_lengths[:, None]
-    first = torch.where(torch.isin(rows.canvas[:, :end], eos) & generated, columns, end).min(dim=1, keepdim=True)
-    open_before = (rows.canvas[:, :end] == mask_id) & generated & (columns < first.values)
-    return committed_eos.any(dim=1) & ~open_before.any(dim=1)
 
 
 def _output(canvas: torch.Tensor, lengths: torch.Tensor, gen: int, eos_ids: Sequence[int], nfe: int,
@@ -444,7 +260,3 @@ def _output(canvas: torch.Tensor, lengths: torch.Tensor, gen: int, eos_ids: Sequ
         kept, found = cut_after_eos(ids, eos_ids)
         results.append(DecodeResult(token_ids=kept, nfe=spent, hit_max_tokens=not found, forwards=forwards))
     return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)
-
-
-BLOCK_DIFFUSION = Decoder("block-diffusion", BlockDiffusionConfig, block_diffusion_generate,
-                          block_diffusion_at_canvas, validate_block_diffusion_config)

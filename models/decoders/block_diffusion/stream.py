@@ -1,0 +1,199 @@
+"""Block diffusion with rows in flight: each prompt decodes as a program of its own, and one batched forward a round
+runs every row.
+
+A row's program (``row_decode``) is the decode of that prompt alone, written as the forwards it asks for: it yields
+a ``Call`` (the columns it feeds, how many of them to write) and receives their logits. The driver
+(``block_diffusion_stream``) keeps at most ``max_rows`` programs in flight, feeds every pending call in one
+``block_forward`` — rows at different blocks, peeking or committing, each at its own positions, right-padded to the
+widest call (the pads lie in a later block, so no real entry sees them) with a write count per row — and sends each
+program its logits. A prompt that takes a free row makes its first call (its prompt's whole blocks, or its first
+peek) in a forward of its own, whose cache rows then join the others (``KVBuffer.admit``): its prefill does not widen
+the running rows' forward. A row leaves the cache when its program returns.
+
+Each row's program makes the calls, draws and commits the static batch makes for that prompt alone (``lockstep``,
+the same rules from ``rules``), so its tokens and forwards are the prompt's alone. With ``fused_commit`` a block's
+first peek also writes the block before it (twice the width), and the other rows of that forward are padded to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generator, Iterator, Sequence
+
+import torch
+
+from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
+                                                   masks_after_static, peek_window, transfer_schedule,
+                                                   validate_block_diffusion_config)
+from models.decoders.contract import DecodeResult, Step, cut_after_eos, require_filled
+from models.decoders.sampling import Draws, make_generator, row_generators
+
+
+@dataclass(frozen=True)
+class Call:
+    """One row's part of a forward: its canvas columns ``low ..`` (``ids``), the first ``keep`` of them written."""
+
+    ids: torch.Tensor  # [W] on the device
+    low: int
+    keep: int
+
+
+RowProgram = Generator[Call, torch.Tensor, list[int]]  # sends the call's logits [W, vocab]; returns the row's tokens
+
+
+def canvas_width(prompt_length: int, cfg: BlockDiffusionConfig) -> int:
+    """Columns of a row's canvas: every block up to the one holding its last generated token."""
+    return ((prompt_length + cfg.gen_length - 1) // cfg.block_length + 1) * cfg.block_length
+
+
+def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) -> RowProgram:
+    """The decode of one prompt (1-D ids), as the calls it makes: prefill its whole blocks (unless ``fused_commit``),
+    then per block peek and commit until no mask is left, sub-block by sub-block, and write the block; it stops after
+    a block holding an end of sequence, or (``eos_early_stop``) as soon as everything up to one is filled. Returns
+    the generated ids, the canvas past the prompt."""
+    size, sub, n = cfg.block_length, cfg.sub_block_length or cfg.block_length, int(prompt.shape[0])
+    device, schedule = prompt.device, transfer_schedule(cfg.block_length, cfg.denoising_steps)
+    eos, lengths = torch.tensor(cfg.eos_ids, device=device), torch.tensor([n], device=device)
+    width = canvas_width(n, cfg)
+    canvas = torch.full((1, width), cfg.mask_id, dtype=torch.long, device=device)
+    canvas[0, :n] = prompt
+    masks_left = (canvas == cfg.mask_id).view(width // sub, sub).sum(dim=-1).tolist()
+
+    def first_token(logits: torch.Tensor, column: int) -> None:
+        """The next block's first token from the call's last logit, where the prompt ends at ``column``."""
+        if cfg.first_token_from_commit and column < width and n <= column:
+            canvas[0, column] = logits[-1].argmax()
+            masks_left[column // sub] = int((canvas[0, column:column + sub] == cfg.mask_id).sum())
+
+    def tokens() -> list[int]:
+        return canvas[0, n:n + cfg.gen_length].tolist()
+
+    written = n // size * size
+    if written and not cfg.fused_commit:
+        first_token((yield Call(canvas[0, :written], 0, written)), written)
+    else:
+        written = 0
+    for block in range(n // size, width // size):
+        start, end = block * size, (block + 1) * size
+
+        def peek() -> Generator[Call, torch.Tensor, torch.Tensor]:
+            """One peek of the block (with ``fused_commit`` also writing what is not written yet); its logits."""
+            nonlocal written
+            low = written if cfg.fused_commit else start
+            logits = yield Call(canvas[0, low:end], low, start - low)
+            written = start if cfg.fused_commit else written
+            return logits[start - low:][None]
+
+        if cfg.edit_threshold is not None:
+            editable, post_steps = (torch.arange(start, end, device=device) >= n)[None], 0
+            for step in range(size + cfg.max_post_edit_steps):
+                current = canvas[:, start:end]
+                new, change = edit_changes(cfg, (yield from peek()), current, editable, step, schedule)
+                post_steps += not bool((current == cfg.mask_id).any())
+                if post_steps > cfg.max_post_edit_steps or not bool(change.any()):
+                    break
+                canvas[:, start:end] = torch.where(change, new, current)
+        else:
+            step = 0
+            for low in range(start, end, sub):
+                while masks_left[low // sub]:
+                    updated, chosen, proposed = peek_window(cfg, (yield from peek()), canvas[:, low:low + sub],
+                                                            low - start, step, schedule, draws, (0,))
+                    canvas[:, low:low + sub] = updated
+                    if cfg.eos_early_stop and bool(completes_to_eos(canvas[:, :end], lengths, eos, cfg.mask_id,
+                                                                    chosen & torch.isin(proposed, eos))):
+                        return tokens()
+                    masks_left[low // sub] = masks_after_static(masks_left[low // sub], step, schedule) \
+                        if cfg.remasking == "low_confidence_static" else int((updated == cfg.mask_id).sum())
+                    step += 1
+        holds_eos = bool(torch.isin(canvas[0, max(start, n):end], eos).any())
+        if not cfg.fused_commit and (cfg.commit_finished_block or not holds_eos):
+            first_token((yield Call(canvas[0, start:end], start, size)), end)
+            written = end
+        if holds_eos:
+            break
+    return tokens()
+
+
+@dataclass
+class _Flight:
+    """A row in flight: its prompt's index, its program and the call it waits on; what it spent."""
+
+    index: int
+    program: RowProgram
+    call: Call
+    share: float = 0.0
+    forwards: int = 0
+    tokens: list[int] | None = field(default=None)
+
+
+def _forward(network: Any, cache: Any, flights: list[_Flight], block_length: int, pad_id: int) -> None:
+    """One forward of every flight's call, each program sent its logits (a program that returns is done)."""
+    width = max(f.call.ids.shape[0] for f in flights)
+    ids = torch.stack([torch.nn.functional.pad(f.call.ids, (0, width - f.call.ids.shape[0]), value=pad_id)
+                       for f in flights])
+    lows = [f.call.low for f in flights]
+    if lows != cache.lengths:
+        raise RuntimeError(f"rows feed columns {lows} but their caches hold {cache.lengths} entries")
+    positions: torch.Tensor | range = range(lows[0], lows[0] + width) if len(set(lows)) == 1 else \
+        torch.tensor(lows, device=ids.device)[:, None] + torch.arange(width, device=ids.device)
+    keeps = [f.call.keep for f in flights]
+    logits = network.block_forward(ids, positions, cache, block_length, keeps[0] if len(set(keeps)) == 1 else keeps)
+    for row, flight in enumerate(flights):
+        flight.share += 1 / len(flights)
+        flight.forwards += 1
+        try:
+            flight.call = flight.program.send(logits[row, :flight.call.ids.shape[0]])
+        except StopIteration as stop:
+            flight.tokens = stop.value
+
+
+@torch.no_grad()
+def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: BlockDiffusionConfig, max_rows: int,
+                           row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight (``Decoder.stream``): one ``Step`` per round, every row in flight advanced by one forward (the
+    rows joining in a forward of their own). With ``row_seeds`` a sampling row draws from its own generator (its
+    tokens alone); without, the rows share the config's seed."""
+    require_filled(cfg, "block diffusion")
+    validate_block_diffusion_config(cfg)
+    if max_rows < 1:
+        raise ValueError(f"block diffusion: max_rows must be at least 1, got {max_rows}")
+    if not prompts:
+        return
+    if min(int(p.shape[0]) for p in prompts) == 0:
+        raise ValueError("block diffusion: every prompt needs at least one token")
+    device = prompts[0].device
+    samples = cfg.temperature > 0
+    generators = row_generators(row_seeds, len(prompts), device) if samples else None
+    shared = Draws(make_generator(cfg.seed, device), None)
+    capacity = max(canvas_width(int(p.shape[0]), cfg) for p in prompts) + cfg.block_length
+    cache, waiting, flights = None, list(range(len(prompts)))[::-1], []
+    while waiting or flights:
+        admitted = [waiting.pop() for _ in range(min(max_rows - len(flights), len(waiting)))]
+        if flights:
+            _forward(network, cache, flights, cfg.block_length, cfg.mask_id)
+        if admitted:  # their first calls apart, so a prefill does not widen the running rows' forward
+            joining = []
+            for i in admitted:
+                draws = shared if generators is None else Draws(None, (generators[i],))
+                program = row_decode(prompts[i], cfg, draws)
+                joining.append(_Flight(i, program, next(program)))
+            rows = network.new_cache(len(joining), capacity)
+            _forward(network, rows, joining, cfg.block_length, cfg.mask_id)
+            if cache is None:
+                cache = rows
+            else:
+                cache.admit(rows)
+            flights += joining
+        finished = tuple((f.index, _result(f, cfg.eos_ids)) for f in flights if f.tokens is not None)
+        step = Step(tuple(admitted), finished, len(flights))
+        if finished:
+            keep = [row for row, f in enumerate(flights) if f.tokens is None]
+            cache.select_rows(keep)
+            flights = [flights[row] for row in keep]
+        yield step
+
+
+def _result(flight: _Flight, eos_ids: Sequence[int]) -> DecodeResult:
+    kept, found = cut_after_eos(flight.tokens, eos_ids)
+    return DecodeResult(token_ids=kept, nfe=flight.share, hit_max_tokens=not found, forwards=flight.forwards)
