@@ -33,7 +33,7 @@ def by_doc(records: list[dict]) -> dict[str, list[int]]:
     return {r["doc_id"]: r["token_ids"] for r in records}
 
 
-@pytest.mark.parametrize("model", ["tiny-qwen3", pytest.param("tiny-refusion", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-llada", pytest.param("tiny-refusion", marks=pytest.mark.slow)])
 def test_rows_in_flight_equal_requests_alone_and_time_each_request(tmp_path, model):
     alone = run(tmp_path / "alone", "--models", model, "--gen-length", "32", "--batch-size", "1")
     assert "keeps no rows in flight" not in alone.stdout
@@ -64,7 +64,7 @@ def test_static_schedule_keeps_whole_batches(tmp_path):
 
 
 def test_a_decoder_without_rows_in_flight_says_so_once(tmp_path):
-    out = run(tmp_path / "llada", "--models", "tiny-llada", "--gen-length", "16", "--batch-size", "2",
+    out = run(tmp_path / "gemma", "--models", "tiny-diffusiongemma", "--gen-length", "16", "--batch-size", "2",
               "--tasks", "gsm8k,arc_challenge").stdout
     assert out.count("keeps no rows in flight") == 1
 
