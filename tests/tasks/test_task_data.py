@@ -98,7 +98,9 @@ def test_the_local_layout_names():
         "mbpp": "mbpp/mbpp.jsonl", "humaneval_plus": "humaneval_plus/HumanEvalPlus.jsonl.gz",
         "mbpp_plus": "mbpp_plus/MbppPlus.jsonl.gz", "livecodebench": "livecodebench/test.jsonl .. test6.jsonl",
         "livecodebench_v5": "livecodebench/test.jsonl .. test5.jsonl",
-        "livecodebench_v6": "livecodebench/test.jsonl .. test6.jsonl"}
+        "livecodebench_v6": "livecodebench/test.jsonl .. test6.jsonl", "aime24": "aime24/train.jsonl",
+        "aime25": "aime25/test.jsonl", "ifeval": "ifeval/train.jsonl", "gpqa_diamond": "gpqa/gpqa_diamond.jsonl",
+        "bbh": "bbh/<subset>.jsonl"}
 
 
 class FakeHub:
