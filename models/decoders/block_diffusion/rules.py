@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence, get_args
+from typing import Callable, Literal, Sequence, get_args
 
 import torch
 import torch.nn.functional as F
@@ -148,38 +148,68 @@ def _top_count(confidence: torch.Tensor, k: int, counts: torch.Tensor) -> torch.
     return torch.zeros_like(confidence, dtype=torch.bool).scatter(1, order, rank_kept)
 
 
+@dataclass(frozen=True)
+class Window:
+    """What a commit rule sees of a window: the proposals, which positions are masks, their confidences (-inf off
+    the masks), how many each row holds, and the schedule's count for this step."""
+
+    proposal: Proposal
+    masked: torch.Tensor  # [A, W] bool
+    confidence: torch.Tensor  # [A, W]
+    n_masked: torch.Tensor  # [A]
+    want: int
+
+
+def _static(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
+    """The schedule's count of the most confident masks."""
+    return _top_count(w.confidence, w.want, w.n_masked.clamp(max=w.want))
+
+
+def _dynamic(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
+    """Every mask above the threshold when they reach the schedule's count, else the static rule."""
+    confident = w.confidence > cfg.confidence_threshold
+    enough = confident.sum(dim=1) >= w.want
+    return torch.where(enough[:, None], confident, _static(cfg, w))
+
+
+def _sequential(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
+    """The schedule's count of masks from the first one on, left to right."""
+    columns = torch.arange(w.masked.shape[1], device=w.masked.device)[None]
+    first = torch.where(w.masked, columns, w.masked.shape[1]).min(dim=1, keepdim=True).values
+    return (columns >= first) & (columns < first + w.want) & w.masked
+
+
+def _entropy_bounded(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
+    """The lowest-entropy masks whose entropies sum below ``eb_threshold``, at least one."""
+    probs = w.proposal.probs
+    entropy = torch.where(w.masked, -(probs * probs.clamp_min(1e-12).log()).sum(dim=-1), torch.inf)
+    ordered, order = torch.sort(entropy, dim=1)
+    below = (torch.cumsum(ordered, dim=1) < cfg.eb_threshold).sum(dim=1)
+    counts = torch.minimum(below.clamp_min(1), w.n_masked)
+    rank_kept = torch.arange(w.masked.shape[1], device=w.masked.device)[None] < counts[:, None]
+    return torch.zeros_like(w.masked).scatter(1, order, rank_kept)
+
+
+def _threshold_plus_best(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
+    """Fast-dLLM v2's: every mask above the threshold, and always the most confident one."""
+    chosen = w.confidence > cfg.confidence_threshold
+    return chosen.scatter(1, w.confidence.argmax(dim=1, keepdim=True), True) & w.masked
+
+
+COMMIT_RULES: dict[str, Callable[[BlockDiffusionConfig, Window], torch.Tensor]] = {
+    "low_confidence_static": _static, "low_confidence_dynamic": _dynamic, "sequential": _sequential,
+    "entropy_bounded": _entropy_bounded, "threshold_plus_best": _threshold_plus_best}  # one per REMASKING
+
+
 def commit_rule(cfg: BlockDiffusionConfig, proposal: Proposal, masked: torch.Tensor, step: int,
                 schedule: Sequence[int]) -> torch.Tensor:
-    """[A, W] bool of the masks that take their proposed token. Never more than a row's masks: the published SDAR
-    rules take a top-k over every position, which, once fewer masks remain than the step's count, overwrites
-    committed (or prompt) tokens; here the count is capped at the masks left (docs/decoders.md)."""
-    confidence = torch.where(masked, proposal.confidence, -torch.inf)
-    n_masked = masked.sum(dim=1)
-    want = schedule[min(step, len(schedule) - 1)]
-    if cfg.remasking == "low_confidence_static":
-        return _top_count(confidence, want, n_masked.clamp(max=want))
-    if cfg.remasking == "low_confidence_dynamic":
-        confident = confidence > cfg.confidence_threshold
-        enough = confident.sum(dim=1) >= want
-        return torch.where(enough[:, None], confident, _top_count(confidence, want, n_masked.clamp(max=want)))
-    if cfg.remasking == "sequential":
-        columns = torch.arange(masked.shape[1], device=masked.device)[None]
-        first = torch.where(masked, columns, masked.shape[1]).min(dim=1, keepdim=True).values
-        return (columns >= first) & (columns < first + want) & masked
-    if cfg.remasking == "entropy_bounded":
-        entropy = -(proposal.probs * proposal.probs.clamp_min(1e-12).log()).sum(dim=-1)
-        entropy = torch.where(masked, entropy, torch.inf)
-        ordered, order = torch.sort(entropy, dim=1)
-        below = (torch.cumsum(ordered, dim=1) < cfg.eb_threshold).sum(dim=1)
-        counts = torch.minimum(below.clamp_min(1), n_masked)
-        rank_kept = torch.arange(masked.shape[1], device=masked.device)[None] < counts[:, None]
-        return torch.zeros_like(masked).scatter(1, order, rank_kept)
-    # threshold_plus_best (Fast-dLLM v2): above the threshold, and always the most confident mask
-    chosen = confidence > cfg.confidence_threshold
-    best = confidence.argmax(dim=1, keepdim=True)
-    return chosen.scatter(1, best, True) & masked
-
-
+    """[A, W] bool of the masks that take their proposed token, by ``cfg.remasking``'s rule. Never more than a
+    row's masks: the published SDAR rules take a top-k over every position, which, once fewer masks remain than the
+    step's count, overwrites committed (or prompt) tokens; here the count is capped at the masks left
+    (docs/decoders.md)."""
+    window = Window(proposal, masked, torch.where(masked, proposal.confidence, -torch.inf), masked.sum(dim=1),
+                    schedule[min(step, len(schedule) - 1)])
+    return COMMIT_RULES[cfg.remasking](cfg, window)
 
 
 def masks_after_static(left: int, step: int, schedule: Sequence[int]) -> int:

@@ -13,6 +13,7 @@ from block_stubs import RecomputeNetwork, native_logits, table_logits
 from models.decoders.block_diffusion import (BlockDiffusionConfig, block_diffusion_generate, block_diffusion_stream,
                                              commit_rule, propose,
                                              transfer_schedule, validate_block_diffusion_config)
+from models.decoders.block_diffusion.rules import COMMIT_RULES, REMASKING
 from models.decoders.contract import ConfigError
 from models.decoders.sampling import Draws
 from models.networks.dream import DreamNetwork, tiny_dream_config
@@ -230,6 +231,10 @@ def test_token_editing_retakes_a_filled_token_whose_proposal_changed():
     capped = decode(RecomputeNetwork(next_filled_logits), [[1] * 4], dataclasses.replace(cfg, max_post_edit_steps=0),
                     gen=4)
     assert capped.rows[0].token_ids == [24, 25, 26, 27] and capped.nfe == 2  # no editing step once the block is full
+
+
+def test_every_remasking_option_has_its_commit_rule():
+    assert set(COMMIT_RULES) == set(REMASKING)
 
 
 def test_bad_settings_fail_in_one_line():
