@@ -13,11 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.errors import UsageError
+from harness.errors import USAGE_ERROR, NothingToScore, UsageError, UserError
 from harness.run.presets import SMOKE_CANVAS, SMOKE_PRESET
 from harness.run.schedule import CONTINUOUS, SCHEDULES
-
-USAGE_ERROR = 2
 
 
 def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = False) -> tuple[str, ...]:
@@ -190,16 +188,6 @@ def settings_from_args(args: argparse.Namespace):
     )
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    from harness.errors import RunError
-    from models.adapters.engine.server import EngineError
-    from models.decoders.contract import ConfigError
-    from models.sources import ModelLoadError
-    from tasks.records import DataError
-
-    return (UsageError, RunError, ConfigError, ModelLoadError, DataError, EngineError)
-
-
 def quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from transformers.utils import logging as hf_logging
@@ -310,8 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from harness.gate.retiming import main_gate_speed
 
         return main_gate_speed(argv[1:])
-    from harness.errors import NothingToScore
-
     try:
         if argv[:1] == ["sweep"]:  # the run's options plus grids: the run's error handling
             return sweep_main(argv[1:])
@@ -319,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NothingToScore as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    except user_errors() as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:

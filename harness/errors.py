@@ -1,14 +1,24 @@
-"""The errors a run reports to its user as one line; a leaf, so every part of the harness can raise them."""
+"""The errors a command reports to its user as one line; a leaf, so every package (models and tasks included) can
+raise them without importing anything else of the harness."""
 
 from __future__ import annotations
 
-
-class RunError(RuntimeError):
-    """A run that cannot go on; the message is one line for the user."""
+USAGE_ERROR = 2  # the exit status of every command that ends on a UserError
 
 
-class UsageError(ValueError):
-    """Bad command-line input (a run's, a sweep's); the message is one line for the user."""
+class UserError(Exception):
+    """An error whose message is one line for the user: every command line prints it and exits ``USAGE_ERROR``.
+
+    Each subclass keeps its builtin base too (``ValueError`` for bad input, ``RuntimeError`` for a failed step), so
+    callers that catch those still do."""
+
+
+class RunError(UserError, RuntimeError):
+    """A run that cannot go on."""
+
+
+class UsageError(UserError, ValueError):
+    """Bad command-line input (a run's, a sweep's)."""
 
 
 class NothingToScore(RunError):

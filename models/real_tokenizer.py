@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.errors import UserError
 from harness.files import cache_root, file_sha256, write_atomic, write_bytes_atomic  # a leaf: one cache root for all
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
-class TokenizerFetchError(RuntimeError):
+class TokenizerFetchError(UserError, RuntimeError):
     """The real tokenizer files cannot be had; the message is one line naming the cause and the way out."""
 
 

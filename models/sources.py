@@ -8,11 +8,12 @@ from pathlib import Path
 
 import torch
 
+from harness.errors import UserError
 from models.real_tokenizer import TokenizerFetchError
 from models.tiny import TINY_MODELS, materialize
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(UserError, ValueError):
     """A model that cannot be found or loaded; the message is one line for the user."""
 
 

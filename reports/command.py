@@ -6,11 +6,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.run.folder import RunLoadError
+from harness.errors import USAGE_ERROR, UserError
 from reports.browser import BrowserLimits
 from reports.report_data import ReportError
-
-USAGE_ERROR = 2
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,7 +50,7 @@ def main_report(argv: list[str]) -> int:
         path = write_report(args.runs, output, args.baseline, BrowserLimits(items_per_task=args.max_items))
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    except (ReportError, RunLoadError) as error:
+    except UserError as error:
         print(f"report: error: {error}", file=sys.stderr)
         return USAGE_ERROR
     except OSError as error:

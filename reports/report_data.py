@@ -8,12 +8,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.errors import UserError
 from harness.run.compare import Labelled, comparability_warnings, label_results
 from harness.run.folder import Run, load_run
 from reports.published import COLUMNS, paper_column
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """Bad report input; the message is one line for the user."""
 
 

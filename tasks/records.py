@@ -16,13 +16,14 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from harness.errors import UserError
 from harness.files import JSONLError
 from harness.files import file_sha256, read_jsonl  # file_sha256 is re-exported for tasks.evalplus.releases
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Data that cannot be loaded; the message is one line for the user."""
 
 

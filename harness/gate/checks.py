@@ -22,13 +22,14 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
+from harness.errors import UserError
 from harness.run.compare import describe_difference, field_differences, implementation_label
 from harness.gate.drift import forwards_per_token, output_drift, shared_docs
 from harness.gate.power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
 from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, GateReport, GateRow, GateSettings,
                                  Speed)
 from harness.gate.retiming import read_speed, speed_entry
-from harness.run.folder import Run, RunLoadError, load_run
+from harness.run.folder import Run, load_run
 from harness.stats.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
 from harness.stats.estimates import holm_adjust
 
@@ -223,7 +224,7 @@ def main_gate(argv: list[str]) -> int:
         report = evaluate(baseline, candidate, settings)
     except SystemExit as done:  # --help
         return int(done.code or 0)
-    except (GateError, RunLoadError) as error:
+    except UserError as error:
         print(f"gate: error: {error}", file=sys.stderr)
         return NOT_COMPARABLE
     print(format_report(report))

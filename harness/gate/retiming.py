@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from harness.errors import USAGE_ERROR, UserError
 from harness.run.manifest import hardware
 from harness.run.folder import RESULTS_NAME, Run, RunLoadError, load_run
 
@@ -38,7 +39,7 @@ REFERENCE_STEPS = 16  # greedy steps of one reference chunk (after a prefill of 
 REFERENCE_PROMPT = 32
 
 
-class SpeedError(ValueError):
+class SpeedError(UserError, ValueError):
     """Bad input to the speed measurement; the message is one line for the user."""
 
 
@@ -293,13 +294,13 @@ def main_gate_speed(argv: list[str]) -> int:
         payload = measure_run(run, settings)
     except SystemExit as done:
         return int(done.code or 0)
-    except (SpeedError, RunLoadError) as error:
+    except UserError as error:
         print(f"gate-speed: error: {error}", file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     except (ValueError, RuntimeError) as error:  # model loading and config errors of the adapters
         print(f"gate-speed: error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
               file=sys.stderr)
-        return 2
+        return USAGE_ERROR
     written = run.folder.write_gate_speed(payload)
     for r in payload["results"]:
         print(speed_line(r, run.result(r["model"], r["task"])))

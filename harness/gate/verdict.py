@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from harness.errors import UserError
 from harness.gate.drift import Drift
 from harness.gate.power import Power
 from harness.stats.significance import AccuracyTest
@@ -14,7 +15,7 @@ from harness.stats.significance import AccuracyTest
 PASS, REGRESSION, NOT_COMPARABLE = 0, 1, 2
 
 
-class GateError(ValueError):
+class GateError(UserError, ValueError):
     """The runs cannot be compared, or the input is bad; the message is one line for the user."""
 
 

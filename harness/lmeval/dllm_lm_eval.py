@@ -10,14 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
-USAGE_ERROR = 2
-
-
-def user_errors() -> tuple[type[BaseException], ...]:
-    from harness.cli import user_errors as harness_errors
-    from harness.lmeval.model import HarnessLMError
-
-    return (*harness_errors(), HarnessLMError, NotImplementedError)
+from harness.errors import USAGE_ERROR, UserError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,7 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.argv = ["lm-eval", *args]  # lm-eval's parser reads sys.argv itself
     try:
         cli_evaluate()
-    except user_errors() as error:
+    except (UserError, NotImplementedError) as error:  # lm-eval's own for what a model cannot do
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
     return 0

@@ -30,6 +30,7 @@ import torch
 from lm_eval.api.model import LM
 from tqdm import tqdm
 
+from harness.errors import UserError
 from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.lmeval.speed_log import SpeedLog
 from harness.timing.clock import peak_memory_bytes
@@ -47,7 +48,7 @@ LM_EVAL_SCRIPTS = ("lm_eval", "lm-eval")  # dllm-lm-eval hands lm-eval's parser 
 logger = logging.getLogger(__name__)
 
 
-class HarnessLMError(ValueError):
+class HarnessLMError(UserError, ValueError):
     """Bad model arguments; the message is one line for the user."""
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from harness.errors import RunError
+from harness.errors import RunError, UserError
 from harness.files import JSONLError, read_jsonl, write_atomic, write_json_atomic, write_jsonl_atomic
 from harness.run.store import SampleStore, safe_name
 
@@ -35,7 +35,7 @@ GATE_SPEED_NAME = "gate_speed.json"
 RESULT_KEYS = ("model", "task", "manifest", "n_samples", "primary_metric", "metrics", "speed", "diagnostics")
 
 
-class RunLoadError(ValueError):
+class RunLoadError(UserError, ValueError):
     """A run folder or results file that cannot be read; the message is one line for the user."""
 
 

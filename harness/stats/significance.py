@@ -13,10 +13,11 @@ from typing import Any, Sequence
 
 from scipy import stats as scipy_stats
 
+from harness.errors import UserError
 from harness.stats.estimates import mcnemar_exact
 
 
-class PairingError(ValueError):
+class PairingError(UserError, ValueError):
     """Two sets of sample records that cannot be paired; the message is one line for the user."""
 
 

@@ -14,10 +14,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from harness.errors import UserError
+
 FILLED = "filled"  # field metadata key: "canvas" or "token_id" (set by the adapter, never by a user)
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A decoding configuration that cannot run; the message is one line meant for the user."""
 
 

@@ -17,6 +17,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from harness.errors import UserError
 from models.networks.common import RMSNorm
 from models.networks.dream import DreamNetworkConfig, DreamNetwork, FastDLLMv2Config, Qwen2NetworkConfig
 from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
@@ -57,7 +58,7 @@ _DTYPES = {
 _SHOW = 5  # names listed per category in a CheckpointError before "(+N more)"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
     """A checkpoint that cannot be loaded into the network; the message is one line naming the offending tensors."""
 
 

@@ -19,8 +19,10 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import UserError
 
-class EngineError(RuntimeError):
+
+class EngineError(UserError, RuntimeError):
     """The engine server failed to start, died or answered an error; the message is one line for the user."""
 
 
