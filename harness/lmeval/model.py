@@ -279,3 +279,11 @@ class TraDoLM(HarnessLM):
 
 class FastDLLMv2LM(HarnessLM):
     default_model = "fastdllm-v2-7b"
+
+
+class LLaDA2LM(HarnessLM):
+    default_model = "llada2-mini"
+
+
+class DiffusionGemmaLM(HarnessLM):
+    default_model = "diffusiongemma"

@@ -19,12 +19,12 @@ from harness.lmeval.model import (SPEED_OUTPUT_ENV, HarnessLM, HarnessLMError, R
                                   lm_eval_cli_output_folder, speed_folder)
 from harness.lmeval.plugin import ENTRY_POINT_GROUP, register_models  # noqa: E402
 from models.decoders.contract import ConfigError  # noqa: E402
-from models.registry import MODELS  # noqa: E402
+from models.registry import ADAPTERS, MODELS  # noqa: E402
 
 TASK = "gsm8k_cot_local"  # as in conftest.py
 GEN_LENGTH = 16
 NAMES = {"dllm-harness", "refusion", "llada", "dream", "llada-fastdllm", "dream-fastdllm", "qwen3-harness", "sdar",
-         "trado", "fastdllm-v2"}
+         "trado", "fastdllm-v2", "llada2", "diffusiongemma"}
 
 
 def test_entry_points_reach_lm_evals_registry():
@@ -35,6 +35,13 @@ def test_entry_points_reach_lm_evals_registry():
     assert get_model("refusion") is RefusionLM
     assert get_model("hf").__name__ == "HFLM"  # lm-eval's built-ins are still there
     assert all(get_model(name).default_model in MODELS for name in NAMES - {"dllm-harness"})
+
+
+def test_every_family_has_an_alias():
+    """``lm_eval --model <alias>`` for every adapter kind but the engine (lm-eval has its own ``vllm``)."""
+    register_models()
+    served = {MODELS[get_model(name).default_model].kind for name in NAMES - {"dllm-harness"}}
+    assert served == set(ADAPTERS) - {"vllm"}
 
 
 def test_bad_model_arguments_fail_with_one_line():
