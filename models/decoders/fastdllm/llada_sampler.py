@@ -25,24 +25,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled
 from models.decoders.fastdllm.core import (
     CACHE_MODES,
     Cache,
+    FastRow,
     Network,
     Padding,
+    RowCaches,
     extend_mask,
+    forward_rows,
     full_forward,
     select_transfer,
     window_forward,
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, fly, llada_transfer_counts
 
 
 @dataclass(frozen=True)
@@ -148,5 +151,72 @@ def fastdllm_llada_generate(
     return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
 
 
+def _start_block(row: FastRow, block: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
+    """Row ``row`` at step 0 of ``block``, with the block's top-k schedule (``read``) as ``fastdllm_llada_generate``
+    makes it."""
+    row.block, row.step = block, 0
+    row.start = row.prompt_len + block * cfg.llada.block_length
+    row.end = row.start + cfg.llada.block_length
+    row.read = llada_transfer_counts((row.x[:, row.start:row.end] == cfg.llada.mask_id).sum(dim=1), steps_per_block)
+
+
+def _commit_row(row: FastRow, logits: torch.Tensor, offset: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
+    """The row's step on its block, as alone: its scheduled count (at least one), or the threshold."""
+    schedule = row.read
+    counts = schedule[:, row.step] if row.step < steps_per_block else torch.zeros_like(schedule[:, 0])
+    block = row.x[:, row.start:row.end]
+    row.x[:, row.start:row.end] = llada_step(logits[:, row.start - offset:row.end - offset], block,
+                                             counts.clamp_min(1), cfg, row.generator)
+    row.step += 1
+
+
+def _advance(network: Network, rows: list[FastRow], cfg: FastLLaDAConfig, caches: RowCaches) -> list[bool]:
+    """One step of every row (``forward_rows``); a row whose block has no mask left (one read for all rows) or has
+    run out of steps starts its next block, or is done after its last."""
+    plain = cfg.llada
+    steps_per_block = plain.steps // (plain.gen_length // plain.block_length)
+    forward_rows(network, rows, cfg.cache, caches, plain.mask_id,
+                 lambda row, logits, offset: _commit_row(row, logits, offset, cfg, steps_per_block))
+    left = torch.stack([(row.x[0, row.start:row.end] == plain.mask_id).any() for row in rows]).tolist()
+    done = []
+    for row, masks in zip(rows, left):
+        last = row.block + 1 == plain.gen_length // plain.block_length
+        ended = not masks or row.step == plain.block_length + steps_per_block
+        if ended and not last:
+            _start_block(row, row.block + 1, cfg, steps_per_block)
+        done.append(ended and last)
+    caches.keep([row for row, finished in zip(rows, done) if not finished and row.step > 0])
+    return done
+
+
+@torch.no_grad()
+def fastdllm_llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: FastLLaDAConfig, max_rows: int,
+                          row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens and forwards those
+    it has alone (with ``row_seeds``, its draws too). Each step runs every row once: without a cache in one forward;
+    cached, the rows inside a block in one window forward and the rows at a block start in one full forward
+    (``forward_rows``), each row's cache its own ragged row of one buffer (``RowCaches``)."""
+    require_filled(cfg, "llada-fastdllm")
+    validate_fast_llada_config(cfg)
+    if not prompts:
+        return
+    plain = cfg.llada
+    samples = plain.temperature > 0 or plain.remasking == "random"
+    draws = Draws.for_batch(plain.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
+    steps_per_block = plain.steps // (plain.gen_length // plain.block_length)
+    width = max(len(p) for p in prompts) + plain.gen_length
+    caches = RowCaches(network, cfg.cache, width + (plain.gen_length if cfg.cache == "prefix" else 0))
+
+    def admit(i: int) -> FastRow:
+        prompt = prompts[i]
+        x = torch.cat([prompt, prompt.new_full((plain.gen_length,), plain.mask_id)])[None]
+        row = FastRow(i, x, len(prompt), draws.of(i), 0, 0)
+        _start_block(row, 0, cfg, steps_per_block)
+        return row
+
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, caches),
+                   lambda row: row.x[0, row.prompt_len:].tolist(), [plain.eos_id, plain.eot_id])
+
+
 FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,
-                     validate_fast_llada_config)
+                     validate_fast_llada_config, stream=fastdllm_llada_stream)

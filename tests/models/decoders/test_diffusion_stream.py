@@ -13,6 +13,7 @@ import torch
 from diffusion_stubs import TinyBidirectionalNet
 from models.decoders.contract import DecodeResult, Step
 from models.decoders.dream import DREAM, DreamConfig
+from models.decoders.fastdllm.llada_sampler import FAST_LLADA, FastLLaDAConfig
 from models.decoders.llada import LLADA, LLaDAConfig
 from models.decoders.sampling import row_seed
 from models.networks.dream import tiny_dream_config
@@ -26,49 +27,52 @@ ROWS = 2
 
 
 class EndProne(torch.nn.Module):
-    """A network with the end-of-sequence logit raised, so rows end early, late or not at all."""
+    """A network with the end-of-sequence logit raised, so rows end early, late or not at all, and the mask id never
+    proposed; counts its calls."""
 
     def __init__(self, network: Callable[..., torch.Tensor], boost: float) -> None:
         super().__init__()
-        self.network, self.boost = network, boost
+        self.network, self.boost, self.calls = network, boost, 0
 
     def forward(self, ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        self.calls += 1
         logits = self.network(ids, **kwargs).clone()
         logits[..., EOS] += self.boost
+        logits[..., MASK] = -1e4
         return logits
 
     def new_cache(self, batch: int, capacity: int) -> Any:
         return self.network.new_cache(batch, capacity)
 
 
-def drain(steps: Iterator[Step], max_rows: int) -> tuple[dict[int, DecodeResult], int]:
-    """Each prompt's result and the number of steps; every prompt admitted once and finished once, never more than
-    ``max_rows`` rows in a step."""
+def drain(steps: Iterator[Step], max_rows: int) -> dict[int, DecodeResult]:
+    """Each prompt's result; every prompt admitted once and finished once, never more than ``max_rows`` rows in a
+    step."""
     results: dict[int, DecodeResult] = {}
     admitted: list[int] = []
-    count = 0
     for step in steps:
-        count += 1
         assert 0 < step.rows <= max_rows
         admitted += step.admitted
         for index, result in step.finished:
             assert index not in results
             results[index] = result
     assert sorted(admitted) == sorted(results) == list(range(len(PROMPTS)))
-    return results, count
+    return results
 
 
-def assert_rows_decode_alone(decoder: Any, network: Any, config: Any, seeds: tuple[int, ...] | None) -> list[DecodeResult]:
+def assert_rows_decode_alone(decoder: Any, network: EndProne, config: Any,
+                             seeds: tuple[int, ...] | None) -> list[DecodeResult]:
     """The stream's rows against each prompt decoded alone at batch 1 (with its own seed); returns the stream's."""
     prompts = [torch.tensor(p) for p in PROMPTS]
-    results, steps = drain(decoder.stream(network, prompts, config, ROWS, seeds), ROWS)
+    results = drain(decoder.stream(network, prompts, config, ROWS, seeds), ROWS)
+    calls, network.calls = network.calls, 0
     for i, prompt in enumerate(prompts):
         extra = {} if seeds is None else {"row_seeds": (seeds[i],)}
         (alone,) = decoder.generate(network, prompt[None], None, config, **extra).rows
         assert results[i].token_ids == alone.token_ids, i
         assert results[i].hit_max_tokens == alone.hit_max_tokens
         assert results[i].forwards == alone.forwards
-    assert sum(r.nfe for r in results.values()) == pytest.approx(steps)  # each step's forward split across its rows
+    assert sum(r.nfe for r in results.values()) == pytest.approx(calls)  # each call split across its rows
     return [results[i] for i in range(len(PROMPTS))]
 
 
@@ -118,6 +122,26 @@ def test_dream_rows_in_flight_decode_as_alone(network, name):
     assert_rows_decode_alone(DREAM, network(), config, SEEDS if samples else None)
 
 
+FAST_LLADA_BASE = dataclasses.replace(LLADA_BASE, gen_length=16, steps=16, block_length=4)
+FAST_LLADAS = {
+    "top-k": FastLLaDAConfig(FAST_LLADA_BASE, threshold=None),
+    "threshold": FastLLaDAConfig(FAST_LLADA_BASE, threshold=0.3),
+    "threshold-gumbel": FastLLaDAConfig(dataclasses.replace(FAST_LLADA_BASE, temperature=0.8), threshold=0.3),
+    "threshold-random": FastLLaDAConfig(dataclasses.replace(FAST_LLADA_BASE, temperature=1.0, remasking="random"),
+                                        threshold=0.3),
+}
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+@pytest.mark.parametrize("name", list(FAST_LLADAS))
+def test_fastdllm_llada_rows_in_flight_decode_as_alone(cache, name):
+    """With a threshold the rows' blocks take different numbers of steps, so rows at a block start share steps with
+    rows inside one (two forwards in a cached step)."""
+    config = dataclasses.replace(FAST_LLADAS[name], cache=cache)
+    samples = config.llada.temperature > 0 or config.llada.remasking == "random"
+    assert_rows_decode_alone(FAST_LLADA, native(tiny_llada_config(V)), config, SEEDS if samples else None)
+
+
 @pytest.mark.parametrize("decoder,config,network", [(LLADA, LLADA_BASE, lambda: stub("rope", 0, 3.0)),
                                                     (DREAM, DREAM_BASE, lambda: stub("absolute", 1, 1.0))],
                          ids=["llada", "dream"])
@@ -132,6 +156,6 @@ def test_without_row_seeds_the_rows_share_one_generator():
     """No row seeds: one generator (``seed``) serves every row, so a row's draws depend on its neighbours."""
     config = dataclasses.replace(LLADAS["random-remasking"], seed=5)
     prompts = [torch.tensor(p) for p in PROMPTS]
-    once, _ = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
-    again, _ = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
+    once = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
+    again = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
     assert once == again
