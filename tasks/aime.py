@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
-from tasks.records import DatasetSpec
+from tasks.records import DatasetSpec, RecordCheck
 
 MATH_VERIFY = "math_verify,none"
 INSTRUCTION = "\nRemember to put your final answer within \\boxed{}."
@@ -32,10 +32,12 @@ class AIMEYear:
 def integer_answer(value: Any) -> int | None:
     """The answer as an int when it is one from 0 to 999 (hub copies store it as text or as a number)."""
     text = str(value).strip()
-    return int(text) if text.isdigit() and int(text) <= 999 else None
+    return int(text) if text.isascii() and text.isdigit() and int(text) <= 999 else None
 
 
-def checker(problem_field: str):
+def checker(problem_field: str) -> RecordCheck:
+    """The record check of a year whose problem text is in ``problem_field``."""
+
     def check(record: dict[str, Any]) -> str | None:
         if not isinstance(record[problem_field], str) or not record[problem_field].strip():
             return f"field {problem_field!r}: expected a non-empty string"

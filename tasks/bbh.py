@@ -64,6 +64,7 @@ def pipelines(subset: str) -> tuple[Pipeline, ...]:
                  for entry in subset_config(subset)["filter_list"])
 
 
+@lru_cache(maxsize=1)
 def exact_match() -> ExactMatch:
     """lm-eval's ``exact_match`` options, the same in every subset's config."""
     (metric,) = subset_config(subsets()[0])["metric_list"]
@@ -84,23 +85,28 @@ def check_record(record: dict[str, Any]) -> str | None:
     return None
 
 
+def available(source: str, data_dir: Path | None) -> tuple[str, ...]:
+    """The subsets a source holds: all of them on the hub and in a local folder, a few in the fixtures."""
+    if data_dir is None and source == "fixtures":
+        return tuple(s for s in subsets() if (FIXTURES / subset_spec(s).fixture).exists())
+    return subsets()
+
+
 def load(source: str, data_dir: Path | None) -> LoadedData:
-    """Every subset from the hub or ``DIR/bbh/<subset>.jsonl``; the fixtures hold a few subsets
-    (``tasks/fixtures/bbh_<subset>.jsonl``) and load those."""
+    """Every subset from the hub or ``DIR/bbh/<subset>.jsonl``, or the subsets the fixtures hold
+    (``tasks/fixtures/bbh_<subset>.jsonl``), each record tagged with its subset."""
     if data_dir is None and source == "auto":
         try:
             return load("hub", None)
         except DataError:
             return load("fixtures", None)
-    chosen = [s for s in subsets() if data_dir is not None or source != "fixtures"
-              or (FIXTURES / subset_spec(s).fixture).exists()]
-    parts = [(s, load_records(subset_spec(s), source, data_dir)) for s in chosen]
+    parts = [(subset, load_records(subset_spec(subset), source, data_dir)) for subset in available(source, data_dir)]
     digest = hashlib.sha256()
     for subset, part in parts:
         digest.update(f"{subset}:{part.sha256}\n".encode())
     origin = parts[0][1].source
-    location = {"hub": f"{HUB_ID}/{len(parts)} configs/test", "local": str(data_dir and data_dir / "bbh"),
-                "fixtures": "fixtures/bbh_*.jsonl"}[origin]
+    location = {"hub": f"{HUB_ID}/{len(parts)} configs/test", "local": str(Path(parts[0][1].location).parent),
+                "fixtures": f"fixtures/bbh_<subset>.jsonl ({len(parts)} subsets)"}[origin]
     records = [{**record, SUBSET: subset} for subset, part in parts for record in part.records]
     return LoadedData(records, origin, location, digest.hexdigest())
 
