@@ -35,25 +35,29 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, DecodeOutput, Decoder, output_from_tokens, require_filled
-from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, padding_inputs,
+from models.decoders.contract import ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled
+from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, dream_stream, padding_inputs,
                                   validate_dream_config)
 from models.decoders.fastdllm.core import (
     CACHE_MODES,
     Cache,
+    FastRow,
     Network,
     Padding,
+    RowCaches,
+    forward_rows,
     full_forward,
     select_transfer,
     shifted_rows,
     window_forward,
 )
-from models.decoders.sampling import Draws, check_inputs, dream_masks_and_count, dream_timesteps, mask_order, spread
+from models.decoders.sampling import (Draws, check_inputs, dream_masks_and_count, dream_timesteps,
+                                      dream_transfer_count_of, fly, mask_order, spread)
 
 
 @dataclass(frozen=True)
@@ -286,5 +290,115 @@ def fastdllm_dream_generate(
     return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids)
 
 
+@dataclass(frozen=True)
+class _Schedule:
+    """What a row in flight follows: its blocks (without a cache, one over the whole canvas), the bound on a block's
+    steps, the cached entropy path's time grid, and the no-cache threshold path's nominal count per step."""
+
+    cfg: FastDreamConfig
+    block_length: int
+    steps_per_block: int
+    bound: int
+    timesteps: torch.Tensor
+    nominal: int
+
+    @classmethod
+    def of(cls, cfg: FastDreamConfig, device: torch.device) -> "_Schedule":
+        dream = cfg.dream
+        if cfg.cache == "none":
+            return cls(cfg, dream.max_new_tokens, dream.steps, dream.max_new_tokens + dream.steps,
+                       dream_timesteps(dream.steps, dream.eps, device), dream.max_new_tokens // dream.steps)
+        steps_per_block = dream.steps // (dream.max_new_tokens // cfg.block_length)
+        return cls(cfg, cfg.block_length, steps_per_block, cfg.block_length + steps_per_block,
+                   dream_timesteps(steps_per_block, dream.eps, device), 0)
+
+    def start_block(self, row: FastRow, block: int) -> None:
+        """Row ``row`` at step 0 of ``block``; without a cache it reads its masks before step 0, all of the canvas."""
+        row.block, row.step = block, 0
+        row.start = row.prompt_len + block * self.block_length
+        row.end = row.start + self.block_length
+        row.read = (self.block_length, self.block_length)
+
+    def reads(self, rows: list[FastRow]) -> list[tuple[int, int]]:
+        """Each row's read before its next step, as alone: its block's masks and (cached entropy path) the step's
+        count; all rows in one transfer."""
+        values = []
+        for row in rows:
+            total = (row.x[:, row.start:row.end] == self.cfg.dream.mask_id).sum()
+            count = total
+            if self.cfg.cache != "none" and self.cfg.threshold is None:
+                count = dream_transfer_count_of(total, 1, *_block_time(row.step, self.steps_per_block, self.timesteps))
+            values.append(torch.stack([total, count]))
+        return [tuple(pair) for pair in torch.stack(values).tolist()]
+
+    def commit(self, row: FastRow, logits: torch.Tensor, offset: int) -> None:
+        """The row's step, as alone: a cached block's forced first token at step 0, else the path's commit."""
+        cfg, (masks, count) = self.cfg, row.read
+        if cfg.cache != "none" and row.step == 0:
+            first = shifted_rows(logits, row.start, row.start + 1, offset)
+            row.x[:, row.start:row.start + 1] = _forced_first(first, cfg, row.generator)
+        else:
+            block = row.x[:, row.start:row.end]
+            scores, candidates = shifted_rows(logits, row.start, row.end, offset), block == cfg.dream.mask_id
+            if cfg.cache == "none":
+                reserved = max(cfg.dream.steps - row.step - 1, 0) * self.nominal
+                block = _carry_commit(block, scores, candidates, reserved, cfg, row.generator, masks=masks)
+            elif cfg.threshold is None:
+                block = _entropy_commit(block, scores, candidates, row.step, self.steps_per_block, self.timesteps,
+                                        cfg, row.generator, masks=masks, count=count)
+            else:
+                block = _threshold_commit(block, scores, candidates, cfg, row.generator, masks=masks)
+            row.x[:, row.start:row.end] = block
+        row.step += 1
+
+
+def _advance(network: Network, rows: list[FastRow], schedule: _Schedule, caches: RowCaches) -> list[bool]:
+    """One step of every row (``forward_rows``); a row whose block has no mask left or has run out of steps starts
+    its next block, or is done after its last."""
+    cfg = schedule.cfg
+    forward_rows(network, rows, cfg.cache, caches, cfg.dream.mask_id, schedule.commit)
+    done = []
+    for row, read in zip(rows, schedule.reads(rows)):
+        row.read = read
+        last = row.prompt_len + (row.block + 1) * schedule.block_length == row.x.shape[1]
+        ended = read[0] == 0 or row.step == schedule.bound
+        if ended and not last:
+            schedule.start_block(row, row.block + 1)
+        done.append(ended and last)
+    caches.keep([row for row, finished in zip(rows, done) if not finished and row.step > 0])
+    return done
+
+
+@torch.no_grad()
+def fastdllm_dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: FastDreamConfig, max_rows: int,
+                          row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
+    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens and forwards those
+    it has alone (with ``row_seeds``, its draws too). Each step runs every row once: without a cache in one forward
+    (plain Dream's stream without a threshold); cached, the rows inside a block in one window forward and the rows
+    at a block start in one full forward (``forward_rows``), each row's cache its own ragged row of one buffer."""
+    require_filled(cfg, "dream-fastdllm")
+    validate_fast_dream_config(cfg)
+    if cfg.cache == "none" and cfg.threshold is None:
+        yield from dream_stream(network, prompts, cfg.dream, max_rows, row_seeds)
+        return
+    if not prompts:
+        return
+    device, canvas = prompts[0].device, cfg.dream.max_new_tokens
+    samples = cfg.dream.temperature > 0 or (cfg.threshold is None and bool(cfg.dream.alg_temp))
+    draws = Draws.for_batch(cfg.dream.seed, row_seeds if samples else None, len(prompts), device)
+    schedule = _Schedule.of(cfg, device)
+    width = max(len(p) for p in prompts) + canvas
+    caches = RowCaches(network, cfg.cache, width + (canvas if cfg.cache == "prefix" else 0))
+
+    def admit(i: int) -> FastRow:
+        row = FastRow(i, F.pad(prompts[i], (0, canvas), value=cfg.dream.mask_id)[None], len(prompts[i]),
+                      draws.of(i), 0, 0)
+        schedule.start_block(row, 0)
+        return row
+
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, schedule, caches),
+                   lambda row: row.x[0, row.prompt_len:].tolist(), cfg.dream.eos_ids)
+
+
 FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,
-                     validate_fast_dream_config)
+                     validate_fast_dream_config, stream=fastdllm_dream_stream)

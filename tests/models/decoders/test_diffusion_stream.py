@@ -13,6 +13,7 @@ import torch
 from diffusion_stubs import TinyBidirectionalNet
 from models.decoders.contract import DecodeResult, Step
 from models.decoders.dream import DREAM, DreamConfig
+from models.decoders.fastdllm.dream_sampler import FAST_DREAM, FastDreamConfig
 from models.decoders.fastdllm.llada_sampler import FAST_LLADA, FastLLaDAConfig
 from models.decoders.llada import LLADA, LLaDAConfig
 from models.decoders.sampling import row_seed
@@ -140,6 +141,29 @@ def test_fastdllm_llada_rows_in_flight_decode_as_alone(cache, name):
     config = dataclasses.replace(FAST_LLADAS[name], cache=cache)
     samples = config.llada.temperature > 0 or config.llada.remasking == "random"
     assert_rows_decode_alone(FAST_LLADA, native(tiny_llada_config(V)), config, SEEDS if samples else None)
+
+
+FAST_DREAM_BASE = dataclasses.replace(DREAM_BASE, max_new_tokens=16, steps=8)
+FAST_DREAMS = {
+    "entropy": FastDreamConfig(FAST_DREAM_BASE, block_length=4, threshold=None),
+    "entropy-alg-temp": FastDreamConfig(dataclasses.replace(FAST_DREAM_BASE, temperature=0.8, alg_temp=0.5),
+                                        block_length=4, threshold=None),
+    "threshold": FastDreamConfig(FAST_DREAM_BASE, block_length=4, threshold=0.3),
+    "threshold-sampled": FastDreamConfig(dataclasses.replace(FAST_DREAM_BASE, temperature=0.8), block_length=4,
+                                         threshold=0.3),
+    "one-token-blocks": FastDreamConfig(dataclasses.replace(FAST_DREAM_BASE, max_new_tokens=4, steps=4),
+                                        block_length=1, threshold=None),
+}
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+@pytest.mark.parametrize("name", list(FAST_DREAMS))
+def test_fastdllm_dream_rows_in_flight_decode_as_alone(cache, name):
+    """Cached, a block's full forward also commits its first token; without a cache and a threshold it is plain
+    Dream's stream."""
+    config = dataclasses.replace(FAST_DREAMS[name], cache=cache)
+    samples = config.dream.temperature > 0 or bool(config.dream.alg_temp)
+    assert_rows_decode_alone(FAST_DREAM, native(tiny_dream_config(V)), config, SEEDS if samples else None)
 
 
 @pytest.mark.parametrize("decoder,config,network", [(LLADA, LLADA_BASE, lambda: stub("rope", 0, 3.0)),
