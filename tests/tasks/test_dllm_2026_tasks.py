@@ -212,6 +212,23 @@ def test_ifeval_verdicts_match_lm_evals_process_results(key: int, response: str,
             score.diagnostics["followed_loose"]) == (len(strict), sum(strict), sum(loose))
 
 
+def test_ifeval_pooled_instruction_level_from_the_diagnostics_is_lm_evals_aggregate() -> None:
+    from tasks.ifeval import lm_eval_ifeval
+
+    utils = lm_eval_ifeval()
+    docs = [ifeval_doc(key) for key, *_ in IFEVAL_CASES]
+    responses = [response for _, response, *_ in IFEVAL_CASES]
+    samples = make_task("ifeval").score(docs, responses)
+    for kind in ("strict", "loose"):
+        reference = utils.agg_inst_level_acc(
+            [utils.process_results(d.data, [r])[f"inst_level_{kind}_acc"] for d, r in zip(docs, responses)])
+        pooled = sum(s.diagnostics[f"followed_{kind}"] for s in samples) / sum(s.diagnostics["instructions"]
+                                                                              for s in samples)
+        assert pooled == pytest.approx(reference)
+        prompt_level = sum(s.scores[f"prompt_level_{kind}_acc,none"] for s in samples) / len(samples)
+        assert 0 < prompt_level < 1
+
+
 def test_ifeval_empty_response_follows_nothing() -> None:
     (score,) = make_task("ifeval").score([ifeval_doc(9005)], ["   "])
     assert set(score.scores.values()) == {0.0} and score.diagnostics["empty"]
