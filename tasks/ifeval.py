@@ -36,7 +36,11 @@ NLTK_RESOURCE = "tokenizers/punkt_tab/english/"
 @lru_cache(maxsize=1)
 def lm_eval_ifeval() -> ModuleType:
     """lm-eval's ``ifeval`` utilities. Its import downloads punkt_tab on rank 0 only, so it is imported as another
-    rank: scoring never reaches the network."""
+    rank: scoring never reaches the network. langdetect (the language and English-case checks) samples at random
+    unless seeded; seeded, a response gets the same verdict in every run."""
+    import langdetect
+
+    langdetect.DetectorFactory.seed = 0
     with mock.patch.dict(os.environ, {"LOCAL_RANK": "1"}):
         from lm_eval.tasks.ifeval import utils
     return utils
