@@ -3,6 +3,7 @@
 Follows Dream's ``generation_utils._sample`` (docs/decoders.md §3): logits are shifted right by one over the whole
 sequence (the token at i is scored by the output at i-1, position 0 by its own), the number committed per step is
 floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` unmasks each mask independently.
+``dream_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step.
 """
 
 from __future__ import annotations

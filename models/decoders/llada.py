@@ -2,6 +2,7 @@
 
 Follows ML-GSAI/LLaDA ``generate.py`` (docs/decoders.md §2): the full sequence is run every step with no cache, the
 token at position i is scored by the logits at i (no shift), and each block commits a fixed number of tokens per step.
+``llada_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step.
 """
 
 from __future__ import annotations

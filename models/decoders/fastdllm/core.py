@@ -14,6 +14,9 @@ them at the columns the call's reservation writes (``reserve`` for the full forw
 prefix step, ``overwrite`` for a dual step). The network is any callable with the native signature
 ``network(ids, attention_mask=, position_ids=, cache=, reservation=)`` returning logits, with ``new_cache`` in the
 cached modes; in mode ``none`` only ``attention_mask``/``position_ids`` are passed, so plain callables work there.
+
+Rows in flight (``FastRow``, ``RowCaches``, ``forward_rows``): each row at its own block and step, right-padded, its
+cache a ragged row of one buffer that it holds from its block's full forward to the block's end.
 """
 
 from __future__ import annotations
