@@ -160,8 +160,9 @@ def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> tor
 @dataclass
 class FastRow:
     """One prompt in flight: its sequence as it decodes alone, its block [start, end) and its step in it (0: the
-    block's full forward, which refills the row's cache; later: window forwards against it), what the sampler read
-    back for its next step, and its generator."""
+    block's full forward, which refills the row's cache; later: window forwards against it), the sampler's plan for
+    its next step (LLaDA: the block's top-k schedule; Dream: the masks and count read back before the step), and its
+    generator."""
 
     index: int
     x: torch.Tensor  # [1, prompt + canvas]
@@ -171,7 +172,7 @@ class FastRow:
     end: int
     block: int = 0
     step: int = 0
-    read: Any = None
+    plan: Any = None
     share: float = 0.0
     forwards: int = 0
 

@@ -317,7 +317,7 @@ class _Schedule:
         row.block, row.step = block, 0
         row.start = row.prompt_len + block * self.block_length
         row.end = row.start + self.block_length
-        row.read = (self.block_length, self.block_length)
+        row.plan = (self.block_length, self.block_length)
 
     def reads(self, rows: list[FastRow]) -> list[tuple[int, int]]:
         """Each row's read before its next step, as alone: its block's masks and (cached entropy path) the step's
@@ -333,7 +333,7 @@ class _Schedule:
 
     def commit(self, row: FastRow, logits: torch.Tensor, offset: int) -> None:
         """The row's step, as alone: a cached block's forced first token at step 0, else the path's commit."""
-        cfg, (masks, count) = self.cfg, row.read
+        cfg, (masks, count) = self.cfg, row.plan
         if cfg.cache != "none" and row.step == 0:
             first = shifted_rows(logits, row.start, row.start + 1, offset)
             row.x[:, row.start:row.start + 1] = _forced_first(first, cfg, row.generator)
@@ -359,7 +359,7 @@ def _advance(network: Network, rows: list[FastRow], schedule: _Schedule, caches:
     forward_rows(network, rows, cfg.cache, caches, cfg.dream.mask_id, schedule.commit)
     done = []
     for row, read in zip(rows, schedule.reads(rows)):
-        row.read = read
+        row.plan = read
         last = row.prompt_len + (row.block + 1) * schedule.block_length == row.x.shape[1]
         ended = read[0] == 0 or row.step == schedule.bound
         if ended and not last:

@@ -152,17 +152,17 @@ def fastdllm_llada_generate(
 
 
 def _start_block(row: FastRow, block: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
-    """Row ``row`` at step 0 of ``block``, with the block's top-k schedule (``read``) as ``fastdllm_llada_generate``
+    """Row ``row`` at step 0 of ``block``, with the block's top-k schedule (``plan``) as ``fastdllm_llada_generate``
     makes it."""
     row.block, row.step = block, 0
     row.start = row.prompt_len + block * cfg.llada.block_length
     row.end = row.start + cfg.llada.block_length
-    row.read = llada_transfer_counts((row.x[:, row.start:row.end] == cfg.llada.mask_id).sum(dim=1), steps_per_block)
+    row.plan = llada_transfer_counts((row.x[:, row.start:row.end] == cfg.llada.mask_id).sum(dim=1), steps_per_block)
 
 
 def _commit_row(row: FastRow, logits: torch.Tensor, offset: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
     """The row's step on its block, as alone: its scheduled count (at least one), or the threshold."""
-    schedule = row.read
+    schedule = row.plan
     counts = schedule[:, row.step] if row.step < steps_per_block else torch.zeros_like(schedule[:, 0])
     block = row.x[:, row.start:row.end]
     row.x[:, row.start:row.end] = llada_step(logits[:, row.start - offset:row.end - offset], block,
