@@ -183,3 +183,25 @@ def test_without_row_seeds_the_rows_share_one_generator():
     once = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
     again = drain(LLADA.stream(stub("rope"), prompts, config, ROWS, None), ROWS)
     assert once == again
+
+
+@pytest.mark.parametrize("cache", ["prefix", "dual"])
+def test_a_cached_step_runs_rows_at_a_block_start_beside_rows_inside_one(cache):
+    """Blocks of different lengths put the rows out of phase: some steps make two calls, each row in one of them."""
+    network = native(tiny_llada_config(V))
+    config = dataclasses.replace(FAST_LLADAS["threshold"], cache=cache)
+    steps = list(FAST_LLADA.stream(network, [torch.tensor(p) for p in PROMPTS], config, ROWS, None))
+    assert len(steps) < network.calls <= 2 * len(steps)
+
+
+def test_one_row_or_more_rows_than_prompts():
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    config = dataclasses.replace(FAST_LLADAS["threshold"], cache="dual")
+    alone = drain(FAST_LLADA.stream(native(tiny_llada_config(V)), prompts, config, 1, None), 1)
+    many = drain(FAST_LLADA.stream(native(tiny_llada_config(V)), prompts, config, len(PROMPTS) + 3, None),
+                 len(PROMPTS) + 3)
+    assert all(r.nfe == r.forwards for r in alone.values())
+    for i, result in many.items():
+        assert (result.token_ids, result.forwards) == (alone[i].token_ids, alone[i].forwards)
+    with pytest.raises(ValueError, match="max_rows"):
+        next(LLADA.stream(stub("rope"), prompts, LLADA_BASE, 0, None))
