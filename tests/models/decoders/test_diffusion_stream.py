@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from diffusion_stubs import TinyBidirectionalNet
+from models.base import GenerationRequest, Message
 from models.decoders.contract import DecodeResult, Step
 from models.decoders.dream import DREAM, DreamConfig
 from models.decoders.fastdllm.dream_sampler import FAST_DREAM, FastDreamConfig
@@ -20,6 +21,7 @@ from models.decoders.sampling import row_seed
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
+from models.registry import load_adapter, spec_for
 
 V, MASK, EOS, EOT = 16, 15, 14, 13
 PROMPTS = [[3, 7, 2], [4, 1, 8, 8, 6, 5], [9, 4], [2, 5, 2, 1], [5, 6, 7, 8, 9, 10, 11]]
@@ -205,3 +207,28 @@ def test_one_row_or_more_rows_than_prompts():
         assert (result.token_ids, result.forwards) == (alone[i].token_ids, alone[i].forwards)
     with pytest.raises(ValueError, match="max_rows"):
         next(LLADA.stream(stub("rope"), prompts, LLADA_BASE, 0, None))
+
+
+QUESTIONS = ["What is 2 + 2?", "A much longer question about apples, pears and 17 oranges?", "Why?",
+             "Name three rivers of Europe, please."]
+
+
+@pytest.mark.parametrize("name,options", [
+    ("tiny-llada", {"steps": 16, "temperature": 1.0, "remasking": "random", "seed": 7}),
+    ("tiny-dream", {"steps": 8, "temperature": 1.0, "alg": "origin", "seed": 7}),
+    ("tiny-llada-fastdllm", {"temperature": 1.0, "threshold": 0.3, "block_length": 8, "seed": 7}),
+    ("tiny-dream-fastdllm", {"temperature": 1.0, "threshold": 0.3, "block_length": 8, "seed": 7}),
+])
+def test_adapter_rows_in_flight_sample_as_alone(name, options):
+    """Through the adapter (row seeds from the run seed and each prompt): a sampled request's generation in flight
+    is its generation alone."""
+    adapter = load_adapter(spec_for(name), torch.device("cpu"), torch.float32)
+    config = adapter.make_config(options)
+    requests = [GenerationRequest(messages=(Message("user", q),), canvas_tokens=16) for q in QUESTIONS]
+    batch = adapter.prepare(requests, config)
+    assert batch.row_seeds is not None
+    finished = [pair for step in adapter.stream(batch, ROWS) for pair in step.finished]
+    assert sorted(i for i, _ in finished) == list(range(len(requests)))
+    for (i, _), generation in zip(finished, adapter.finish_some(batch, finished)):
+        (alone,) = adapter.generate([requests[i]], config)
+        assert generation.token_ids == alone.token_ids
