@@ -18,10 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.networks.block_forward import BlockForward
 from models.networks.common import (
     AttentionPlan,
     BidirectionalNetwork,
-    BlockForward,
     GatedMLP,
     QwenFamilyConfig,
     RMSNorm,

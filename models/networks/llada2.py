@@ -21,8 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, apply_rope,
-                                     inv_freq_on, merge_heads, rms_norm, rope_angles)
+from models.networks.block_forward import BlockForward
+from models.networks.common import (GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, apply_rope, inv_freq_on,
+                                     merge_heads, rms_norm, rope_angles)
 from models.networks.kv_buffer import KVBuffer, Reservation
 from models.networks.qwen3 import grouped_query_attention
 

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from models.networks.common import (BlockForward, GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, merge_heads,
-                                     inv_freq_on, rms_norm, rope_angles)
+from models.networks.block_forward import BlockForward
+from models.networks.common import (GatedMLP, QwenFamilyConfig, RMSNorm, additive_mask, inv_freq_on, merge_heads,
+                                     rms_norm, rope_angles)
 from models.networks.grouped_attention import (GroupedPlan, GroupedWindows, dense_mask, grouped_attention,
                                                grouping_pays, plan_grouped)
 from models.networks.kv_buffer import KVBuffer, Reservation

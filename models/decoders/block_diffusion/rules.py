@@ -15,8 +15,6 @@ import torch.nn.functional as F
 from models.decoders.contract import ConfigError, canvas_field, token_id_field
 from models.decoders.sampling import Draws, llada_step_counts, top_k_filter, top_p_filter
 
-from models.decoders.sampling import Draws, check_inputs, llada_step_counts, top_k_filter, top_p_filter
-
 Remasking = Literal["low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "sequential",
                     "threshold_plus_best"]
 REMASKING = get_args(Remasking)

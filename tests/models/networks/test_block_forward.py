@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from harness.timing.op_count import OpCounter
-from models.networks.common import block_causal_mask
+from models.networks.block_forward import block_causal_mask
 from models.networks.dream import DreamNetwork, tiny_fastdllm_v2_config
 from models.networks.kv_buffer import KVBuffer
 from models.networks.loading import build_network, load_network
