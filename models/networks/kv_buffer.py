@@ -95,13 +95,19 @@ class KVBuffer:
             raise
         self.lengths = [n + k for n, k in zip(before, keeps)]
 
-    def overwrite(self, start: int, n_new: int) -> Reservation:
+    def overwrite(self, start: int | Sequence[int], n_new: int) -> Reservation:
         """Write ``n_new`` entries over columns ``start .. start + n_new - 1`` of every row, lengths unchanged; the
         forward reads every live column (Fast-dLLM's dual cache: the block's K/V are refreshed in place while the
-        entries after it stay as they were)."""
-        if start < 0 or n_new < 1 or start + n_new > min(self.lengths, default=0):
-            raise ValueError(f"cannot overwrite columns {start}..{start + n_new - 1}: rows hold {self.lengths} entries")
-        return Reservation(None, max(self.lengths), start)
+        entries after it stay as they were). A start per row puts each row's block at its own columns (rows in
+        flight at different blocks)."""
+        starts = [start] * self.batch if isinstance(start, int) else list(start)
+        if n_new < 1 or len(starts) != self.batch or any(
+                not 0 <= s <= n - n_new for s, n in zip(starts, self.lengths)):
+            raise ValueError(f"cannot overwrite {n_new} columns from {start}: rows hold {self.lengths} entries")
+        if len(set(starts)) == 1:
+            return Reservation(None, max(self.lengths), starts[0])
+        index = torch.tensor(starts, device=self._cols.device)[:, None] + self._cols[:n_new]
+        return Reservation(index, max(self.lengths), None)
 
     def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""

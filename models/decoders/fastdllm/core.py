@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from models.decoders.sampling import as_logits, right_padded, took_part
-from models.networks.kv_buffer import KVBuffer, Reservation
+from models.networks.kv_buffer import KVBuffer
 
 Network = Callable[..., Any]
 Cache = Literal["none", "prefix", "dual"]
@@ -219,8 +219,7 @@ class RowCaches:
         widths = [row.x.shape[1] for row in self.rows]
         if self.mode == "dual":
             ids = torch.cat([row.x[:, row.start:row.end] for row in self.rows])
-            starts = torch.tensor([row.start for row in self.rows], device=device)
-            plan = Reservation(starts[:, None] + torch.arange(ids.shape[1], device=device), max(widths), None)
+            plan = self.buffer.overwrite([row.start for row in self.rows], ids.shape[1])
             mask = key_mask(widths, plan.key_len, device)
             return as_logits(self.network(ids, attention_mask=mask, cache=self.buffer, reservation=plan))
         ids, _ = right_padded([row.x[:, row.start:] for row in self.rows], fill)

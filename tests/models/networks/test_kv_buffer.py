@@ -90,3 +90,18 @@ def test_claim_keeps_a_count_of_new_entries_per_row():
     for keep in ([1, 1], [0, 2, 0]):
         with pytest.raises(ValueError, match="cannot keep"), cache.claim(1, keep=keep):
             pass
+
+
+def test_overwrite_takes_a_start_per_row():
+    """Rows in flight at different blocks refresh each their own block's columns in one forward."""
+    cache = buffer([6, 5])
+    before = cache.kv.clone()
+    plan = cache.overwrite([1, 3], 2)
+    assert plan.index.tolist() == [[1, 2], [3, 4]] and plan.key_len == 6 and cache.lengths == [6, 5]
+    cache.store(0, plan, entries(2, 7.0, 2), entries(2, -7.0, 2))
+    assert (cache.kv[0, 0, 0, 0, 1:3] == 7).all() and (cache.kv[0, 0, 1, 0, 3:5] == 7).all()
+    untouched = torch.ones(8, dtype=torch.bool)
+    untouched[1:3] = False
+    assert torch.equal(cache.kv[0, 0, 0, 0, untouched], before[0, 0, 0, 0, untouched])
+    with pytest.raises(ValueError, match="cannot overwrite"):
+        cache.overwrite([1, 4], 2)  # row 1 holds 5 entries
