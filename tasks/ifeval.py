@@ -10,8 +10,8 @@ downloads nothing, and scoring a prompt with either instruction without the data
 command that installs it (the generations stay in the store; ``--rescore`` scores them afterwards).
 
 Per sample: the prompt-level verdicts (1 when every instruction is followed) and, as ``inst_level_*``, the share
-of the prompt's instructions followed; ``instructions``, ``followed_strict`` and ``followed_loose`` in the
-diagnostics give lm-eval's instruction-level figure, which pools the instructions of all prompts (docs/tasks.md).
+of the prompt's instructions followed, weighted by the prompt's instruction count (the diagnostics' ``weights``), so
+the aggregate pools the instructions of all prompts as lm-eval's instruction-level figure does (docs/tasks.md).
 """
 
 from __future__ import annotations
@@ -89,14 +89,14 @@ def sample_score(record: dict[str, Any], output: str) -> SampleScore:
         extracted={"strict": verdict_list(strict), "loose": verdict_list(loose)},
         scores={PROMPT_STRICT: float(verdicts["prompt_level_strict_acc"]), INST_STRICT: sum(strict) / len(strict),
                 PROMPT_LOOSE: float(verdicts["prompt_level_loose_acc"]), INST_LOOSE: sum(loose) / len(loose)},
-        diagnostics={"empty": not output.strip(), "instructions": len(strict), "followed_strict": sum(strict),
-                     "followed_loose": sum(loose)},
+        # harness.stats.aggregate pools a metric a sample's diagnostics weight: sum(followed) / sum(instructions)
+        diagnostics={"empty": not output.strip(), "weights": {INST_STRICT: len(strict), INST_LOOSE: len(loose)}},
     )
 
 
 class IFEval(Task):
     name = "ifeval"
-    version = "ifeval-lm_eval-0.4.13-1"
+    version = "ifeval-lm_eval-0.4.13-2"  # 2: instruction level pooled (weights)
     dataset = DatasetSpec(
         hub_id="google/IFEval", config=None, split="train", local_file="ifeval/train.jsonl", fixture="ifeval.jsonl",
         required_fields=("key", "prompt", "instruction_id_list", "kwargs"), check=check_record,

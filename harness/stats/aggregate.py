@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from typing import Any, Sequence
 
 import numpy as np
 
-from harness.stats.estimates import summarize
+from harness.stats.estimates import MetricSummary, summarize
 
 TOKEN_DEFINITION = "generated_until_eos"
 MIN_TIMED_SAMPLES = 5  # a speed figure resting on fewer timed samples is marked ``low_sample``
+# A sample's diagnostics may carry ``weights`` {metric: weight}: the task's declaration that the metric is a ratio
+# pooled over units inside the samples, each sample's score the share of its own ``weight`` units.
+WEIGHTS = "weights"
 PEAK_MEMORY_SCOPES = {
     "cuda": "this job only: CUDA max allocated, reset at the job's start, one model resident",
     "cpu": "process peak RSS since start: not resettable on CPU, so it includes earlier jobs of the run",
@@ -19,7 +23,38 @@ PEAK_MEMORY_SCOPES = {
 
 def metric_table(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     names = sorted({name for s in samples for name in s["scores"]})
-    return {name: summarize([s["scores"][name] for s in samples if name in s["scores"]]).as_dict() for name in names}
+    return {name: metric_summary(samples, name).as_dict() for name in names}
+
+
+def sample_weight(sample: dict[str, Any], metric: str) -> float | None:
+    """The weight a task gave this sample's score for ``metric`` (its diagnostics' ``weights``), or None."""
+    return ((sample.get("diagnostics") or {}).get(WEIGHTS) or {}).get(metric)
+
+
+def metric_summary(samples: Sequence[dict[str, Any]], metric: str) -> MetricSummary:
+    """The mean over samples; where the task weights the metric (a figure pooled over units inside a sample, such as
+    IFEval's instructions), the pooled ratio sum(weight * score) / sum(weight) instead."""
+    scored = [s for s in samples if metric in s["scores"]]
+    values = [s["scores"][metric] for s in scored]
+    weights = [sample_weight(s, metric) for s in scored]
+    if all(w is None for w in weights):
+        return summarize(values)
+    return pooled_ratio(values, [1.0 if w is None else float(w) for w in weights])
+
+
+def pooled_ratio(values: Sequence[float], weights: Sequence[float]) -> MetricSummary:
+    """sum(w*x) / sum(w), with the ratio estimator's standard error, whose units are the samples (the units pooled
+    inside one sample are not independent) and a normal 95% interval."""
+    n, total = len(values), float(sum(weights))
+    if n == 0 or total <= 0:
+        nan = float("nan")
+        return MetricSummary(nan, nan, (nan, nan), n)
+    ratio = sum(w * x for w, x in zip(weights, values)) / total
+    if n < 2:
+        return MetricSummary(ratio, float("nan"), (float("nan"), float("nan")), n)
+    residuals = sum((w * (x - ratio)) ** 2 for w, x in zip(weights, values))
+    stderr = math.sqrt(n / (n - 1) * residuals) / total
+    return MetricSummary(ratio, stderr, (ratio - 1.96 * stderr, ratio + 1.96 * stderr), n)
 
 
 def group_tables(samples: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

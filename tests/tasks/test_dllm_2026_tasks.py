@@ -208,25 +208,31 @@ def test_ifeval_verdicts_match_lm_evals_process_results(key: int, response: str,
         "prompt_level_strict_acc,none": float(all(strict)), "inst_level_strict_acc,none": sum(strict) / len(strict),
         "prompt_level_loose_acc,none": float(all(loose)), "inst_level_loose_acc,none": sum(loose) / len(loose),
     }
-    assert (score.diagnostics["instructions"], score.diagnostics["followed_strict"],
-            score.diagnostics["followed_loose"]) == (len(strict), sum(strict), sum(loose))
+    weights = score.diagnostics["weights"]
+    assert weights == {"inst_level_strict_acc,none": len(strict), "inst_level_loose_acc,none": len(loose)}
 
 
-def test_ifeval_pooled_instruction_level_from_the_diagnostics_is_lm_evals_aggregate() -> None:
+def test_ifeval_instruction_level_in_the_results_is_lm_evals_pooled_aggregate() -> None:
+    """The harness's aggregate of the scored samples (what results.json carries) equals lm-eval's: instruction level
+    pools every prompt's instructions (agg_inst_level_acc), prompt level is the mean over prompts."""
+    from harness.stats.aggregate import metric_table
     from tasks.ifeval import lm_eval_ifeval
 
     utils = lm_eval_ifeval()
     docs = [ifeval_doc(key) for key, *_ in IFEVAL_CASES]
     responses = [response for _, response, *_ in IFEVAL_CASES]
-    samples = make_task("ifeval").score(docs, responses)
+    records = [{"scores": s.scores, "diagnostics": s.diagnostics}
+               for s in make_task("ifeval").score(docs, responses)]
+    table = metric_table(records)
+    verdicts = [utils.process_results(d.data, [r]) for d, r in zip(docs, responses)]
     for kind in ("strict", "loose"):
-        reference = utils.agg_inst_level_acc(
-            [utils.process_results(d.data, [r])[f"inst_level_{kind}_acc"] for d, r in zip(docs, responses)])
-        pooled = sum(s.diagnostics[f"followed_{kind}"] for s in samples) / sum(s.diagnostics["instructions"]
-                                                                              for s in samples)
-        assert pooled == pytest.approx(reference)
-        prompt_level = sum(s.scores[f"prompt_level_{kind}_acc,none"] for s in samples) / len(samples)
-        assert 0 < prompt_level < 1
+        pooled = utils.agg_inst_level_acc([v[f"inst_level_{kind}_acc"] for v in verdicts])
+        mean_of_prompts = sum(sum(v[f"inst_level_{kind}_acc"]) / len(v[f"inst_level_{kind}_acc"])
+                              for v in verdicts) / len(verdicts)
+        assert table[f"inst_level_{kind}_acc,none"]["value"] == pytest.approx(pooled)
+        assert pooled != pytest.approx(mean_of_prompts)  # the cases tell the two apart
+        prompt_level = sum(v[f"prompt_level_{kind}_acc"] for v in verdicts) / len(verdicts)
+        assert table[f"prompt_level_{kind}_acc,none"]["value"] == pytest.approx(prompt_level)
 
 
 def test_ifeval_empty_response_follows_nothing() -> None:
