@@ -33,12 +33,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+from ar_baseline import print_ar_baseline
+from decoder_timing import DecoderRow, Measurement, measure, print_table
 from diffusion_gemma_speed import diffusion_gemma_speed, print_rows
 from fastdllm_modes import fastdllm_generate, mode_config
 from harness.timing.clock import timed
@@ -88,49 +88,7 @@ class ConfidentNetwork(torch.nn.Module):
         return out
 
 
-class SynchronisedTimer(torch.nn.Module):
-    """Wraps a network: counts its calls and accumulates the time spent inside them. Unlike the harness's
-    ``ForwardTimer`` (events, no extra synchronisation) it synchronises the device around every call, so the time
-    outside the network is the decoder's own, not queued device work."""
-
-    def __init__(self, inner: torch.nn.Module, device: torch.device):
-        super().__init__()
-        self.inner, self.device, self.config = inner, device, inner.config
-        self.seconds, self.calls = 0.0, 0
-        if hasattr(inner, "new_cache"):  # LLaDA's and Dream's Fast-dLLM caches (the HF Qwen3 of the ReFusion rows has
-            self.new_cache = inner.new_cache  # none, which ReFusion reads as the transformers path)
-
-    def _timed(self, call: Callable[[], object]) -> object:
-        out, seconds = timed(self.device, call)
-        self.seconds += seconds
-        self.calls += 1
-        return out
-
-    def forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner(*args, **kwargs))
-
-
-class SynchronisedBlockTimer(SynchronisedTimer):
-    """The same for a network with the block and causal forwards (the calls of the block-diffusion and AR decoders;
-    kept apart, since ReFusion reads ``new_cache`` as the sign of a native network)."""
-
-    def block_forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner.block_forward(*args, **kwargs))
-
-    def causal_forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner.causal_forward(*args, **kwargs))
-
-
 # ---- decoders ---------------------------------------------------------------------------------------------------
-Decode = Callable[[torch.nn.Module, torch.Tensor, int], int]  # (network, prompt [1, P], canvas) -> tokens generated
-
-
-@dataclass(frozen=True)
-class DecoderRow:
-    name: str
-    decode: Decode
-
-
 def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
     mask_id, no_eos = args.vocab - 1, args.vocab  # an id outside the vocabulary: canvases are always filled
 
@@ -249,72 +207,6 @@ def print_moe_cost(network: torch.nn.Module, args: argparse.Namespace) -> None:
 
 
 # ---- measurement ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Measurement:
-    """One decoder row over ``rounds`` interleaved rounds (every prompt once per round); figures are medians."""
-
-    network: str
-    canvas: int
-    decoder: str
-    tokens: int  # per round
-    forwards: int  # per round
-    seconds: tuple[float, ...]  # per round
-    forward_seconds: tuple[float, ...]  # per round
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / statistics.median(self.seconds)
-
-    @property
-    def forwards_per_token(self) -> float:
-        return self.forwards / self.tokens
-
-    @property
-    def outside_share(self) -> float:
-        return statistics.median(max(0.0, 1.0 - f / s) for f, s in zip(self.forward_seconds, self.seconds))
-
-    @property
-    def ms_per_token(self) -> float:
-        return 1000.0 * statistics.median(self.seconds) / self.tokens
-
-    @property
-    def ms_range(self) -> str:
-        return f"{1000.0 * min(self.seconds) / self.tokens:.3f}-{1000.0 * max(self.seconds) / self.tokens:.3f}"
-
-
-@torch.inference_mode()
-def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts: list[torch.Tensor], canvas: int,
-            device: torch.device, rounds: int) -> list[Measurement]:
-    """The rows on one network and canvas: one warm-up decode each, then ``rounds`` rounds in which every row
-    decodes every prompt once, so load that comes and goes falls on all rows alike."""
-    timer = SynchronisedBlockTimer if hasattr(network, "block_forward") else SynchronisedTimer
-    timers = [timer(network, device) for _ in rows]
-    for row, timer in zip(rows, timers):
-        row.decode(timer, prompts[0], canvas)  # warm-up, not counted
-    runs: list[list[tuple[int, int, float, float]]] = [[] for _ in rows]
-    for _ in range(rounds):
-        for row, timer, run in zip(rows, timers, runs):
-            timer.seconds, timer.calls = 0.0, 0
-            tokens, seconds = 0, 0.0
-            for prompt in prompts:
-                generated, elapsed = timed(device, lambda: row.decode(timer, prompt, canvas))
-                tokens, seconds = tokens + generated, seconds + elapsed
-            run.append((tokens, timer.calls, seconds, timer.seconds))
-    return [Measurement(name, canvas, row.name, run[-1][0], run[-1][1], tuple(r[2] for r in run),
-                        tuple(r[3] for r in run)) for row, run in zip(rows, runs)]
-
-
-def print_table(results: list[Measurement], rows: list[DecoderRow]) -> None:
-    print(f"{'network':<10} {'canvas':>6} {'decoder':<18} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'[min-max]':>13}"
-          f" {'outside':>8} {'tok/s vs ' + rows[-1].name:>20}")
-    baseline = {(m.network, m.canvas): m for m in results if m.decoder == rows[-1].name}
-    for m in results:  # LLaDA / Dream rows compare with the AR baseline on the random network at the same canvas
-        baseline.setdefault((m.network, m.canvas), baseline.get(("random", m.canvas), m))
-    for m in results:
-        ratio = m.tokens_per_second / baseline[(m.network, m.canvas)].tokens_per_second
-        print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<18} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
-              f" {m.ms_per_token:>8.3f} {m.ms_range:>13} {m.outside_share:>7.1%} {ratio:>19.2f}x")
-
 
 def print_targets(results: list[Measurement]) -> None:
     by_key = {(m.network, m.canvas, m.decoder): m for m in results}
@@ -348,62 +240,6 @@ def print_targets(results: list[Measurement]) -> None:
 
 
 # ---- the autoregressive baseline on the native network ----------------------------------------------------------
-AR_BATCHES = (1, 8)
-AR_TARGET = 1.0  # native AR tokens/s over transformers' generate, at each batch
-
-
-def native_copy(hf: torch.nn.Module) -> torch.nn.Module:
-    """The native Qwen3 network with ``hf``'s weights (the stored names are the same)."""
-    network = build_network(Qwen3NetworkConfig.from_dict(hf.config.to_dict()), device=hf.device, dtype=hf.dtype)
-    network.load_state_dict(hf.state_dict(), strict=True)
-    return network.eval()
-
-
-def ragged_batch(prompts: list[torch.Tensor], batch: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch`` prompts of different lengths (each cut by a few tokens more than the last), left-padded."""
-    rows = [prompts[i % len(prompts)][0, : prompts[0].shape[1] - 3 * i] for i in range(batch)]
-    width = max(len(r) for r in rows)
-    ids = torch.full((batch, width), pad, dtype=torch.long, device=rows[0].device)
-    mask = torch.zeros_like(ids)
-    for i, r in enumerate(rows):
-        ids[i, width - len(r):], mask[i, width - len(r):] = r, 1
-    return ids, mask
-
-
-def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], args: argparse.Namespace) -> None:
-    """The native AR decoder against transformers' ``generate`` (greedy, its own cache) on the same weights, at
-    batch 1 and 8 on ragged prompts: tokens compared, tokens/s side by side in interleaved rounds (order flipped
-    every other round); then ReFusion against AR on that same native network at canvas 512 and 1024."""
-    native, no_eos, canvas = native_copy(hf), args.vocab, args.ar_canvas
-    cfg = ARConfig(max_new_tokens=canvas, eos_ids=(no_eos,), pad_id=0)
-    print(f"AR baseline, canvas {canvas}: native network (KVBuffer) vs transformers' generate (DynamicCache), "
-          f"median tokens/s of {args.rounds} interleaved rounds [min-max]")
-    for batch in AR_BATCHES:
-        ids, mask = ragged_batch(prompts, batch, 0)
-        sides = {
-            "native": lambda: [r.token_ids for r in ar_generate(native, ids, mask, cfg).rows],
-            "generate": lambda: hf.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=canvas,
-                                            min_new_tokens=canvas, eos_token_id=no_eos, pad_token_id=0
-                                            )[:, ids.shape[1]:].tolist(),
-        }
-        same = sides["native"]() == sides["generate"]()  # also the warm-up
-        rates: dict[str, list[float]] = {name: [] for name in sides}
-        for round_ in range(args.rounds):
-            for name in (list(sides) if round_ % 2 == 0 else list(sides)[::-1]):
-                _, seconds = timed(args.device, sides[name])
-                rates[name].append(batch * canvas / seconds)
-        median = {name: statistics.median(r) for name, r in rates.items()}
-        ratio = median["native"] / median["generate"]
-        verdict = "PASS" if same and ratio >= AR_TARGET else "FAIL"
-        spread = {name: f"[{min(r):.0f}-{max(r):.0f}]" for name, r in rates.items()}
-        print(f"{verdict} batch {batch}: native {median['native']:.0f} tok/s {spread['native']}, generate "
-              f"{median['generate']:.0f} tok/s {spread['generate']}, ratio {ratio:.2f}x (target >= {AR_TARGET}), "
-              f"tokens {'identical' if same else 'DIFFER'}")
-    rows = decoder_rows(args)
-    print("ReFusion and AR on the same native network (batch 1):")
-    print_table([m for c in args.ar_refusion_canvas
-                 for m in measure("native", native, rows, prompts, c, args.device, args.rounds)], rows)
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -459,7 +295,7 @@ def main() -> None:
     print_table(results, rows)
     print_targets(results)
     if "ar" in args.families:
-        print_ar_baseline(base, prompts, args)
+        print_ar_baseline(base, prompts, rows, args)
     if args.diffusion_canvas and "block" in args.families:
         print_moe_cost(build_block_network("llada2", args), args)
     if args.diffusion_canvas and "diffusiongemma" in args.families:
