@@ -102,11 +102,23 @@ DREAM_CODER = {"temperature": 0.1, "top_p": 1.0, "alg": "entropy", "alg_temp": 0
 # The paper's seven tasks (tasks.registry.PAPER_TASKS; models never import tasks), for presets that set the same
 # options on each.
 PAPER_TASK_NAMES = ("mmlu_pro", "arc_challenge", "gsm8k", "math", "gpqa", "humaneval", "mbpp")
+# The LiveCodeBench tasks (the whole release and the v5 and v6 windows): a paper's LiveCodeBench setting is its
+# setting for each, whichever release or window it scored.
+LIVECODEBENCH_TASK_NAMES = ("livecodebench", "livecodebench_v5", "livecodebench_v6")
+
+# Dream-Coder's code_eval README: LiveCodeBench with 768 new tokens in 768 steps, evalplus with 512 in 512 (steps =
+# canvas, the adapter's default); the sampling is DREAM_CODER's.
+DREAM_CODER_PAPER = {
+    **{task: {"gen_length": 768} for task in LIVECODEBENCH_TASK_NAMES},
+    **{task: {"gen_length": 512} for task in ("humaneval", "mbpp", "humaneval_plus", "mbpp_plus")},
+}
 
 
-def every_task(options: dict[str, Any], **per_task: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A preset with ``options`` on each of the seven tasks, and ``per_task`` ones on top for the tasks named."""
-    return {task: {**options, **per_task.get(task, {})} for task in PAPER_TASK_NAMES}
+def every_task(options: dict[str, Any], also: tuple[str, ...] = (),
+               **per_task: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A preset with ``options`` on each of the seven tasks and on ``also`` (other tasks the paper reports with the
+    same evaluation), and ``per_task`` ones on top for the tasks named."""
+    return {task: {**options, **per_task.get(task, {})} for task in (*PAPER_TASK_NAMES, *also)}
 
 
 # SDAR's OpenCompass evaluation (JetAstra/SDAR evaluation/, docs/decoders.md §7): blocks of 4, 4 denoising steps,
@@ -127,9 +139,11 @@ FASTDLLM_V2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, 
 
 _SDAR_DECODING = ("block_length", "denoising_steps", "remasking", "temperature")
 # The canvases are the evaluations' own: SDAR's eval_sdar_hf.py gen_length 4096, trado_eval.yaml max_token 2000.
-SDAR_PAPER = every_task({**{k: SDAR[k] for k in _SDAR_DECODING}, "gen_length": 4096})
+# Beyond the seven: SDAR's Table 1 reports IFEval, TraDo's Table 2 AIME 2024 and LiveCodeBench(-v2), each from the
+# same evaluation.
+SDAR_PAPER = every_task({**{k: SDAR[k] for k in _SDAR_DECODING}, "gen_length": 4096}, also=("ifeval",))
 TRADO_PAPER = every_task({**{k: TRADO[k] for k in (*_SDAR_DECODING, "confidence_threshold")}, "temperature": 1.0,
-                          "gen_length": 2000})
+                          "gen_length": 2000}, also=("aime24", *LIVECODEBENCH_TASK_NAMES))
 # v2/eval_script.sh runs gsm8k and minerva_math with threshold 1 (one token per step, the most confident); the
 # README's uniform 0.9 is the "readme" preset.
 FASTDLLM_V2_README = every_task({"confidence_threshold": 0.9})
@@ -144,7 +158,10 @@ FASTDLLM_V2_PRESETS = {"paper": FASTDLLM_V2_PAPER, "readme": FASTDLLM_V2_README}
 LLADA2 = {"enable_thinking": None, "temperature": 0.0, "block_length": 32, "denoising_steps": 32,
           "remasking": "low_confidence_dynamic", "confidence_threshold": 0.95, "fused_commit": True,
           "eos_early_stop": True}
-LLADA2_PAPER = every_task({k: LLADA2[k] for k in (*_SDAR_DECODING, "confidence_threshold", "eos_early_stop")})
+# The report's one setting holds for all its benchmarks, GPQA-Diamond, BBH, AIME 2025, IFEval and LiveCodeBench among
+# them; it states no canvas, so each task keeps its own.
+LLADA2_PAPER = every_task({k: LLADA2[k] for k in (*_SDAR_DECODING, "confidence_threshold", "eos_early_stop")},
+                          also=("gpqa_diamond", "bbh", "aime25", "ifeval", *LIVECODEBENCH_TASK_NAMES))
 LLADA2_PRESETS = {"paper": LLADA2_PAPER}
 # LLaDA2.1 adds token editing; the settings of diffusers' LLaDA2Pipeline example (the report's S and Q settings were
 # not found), the rule as SGLang's JointThreshold runs it (docs/decoders.md §7.4).
@@ -197,8 +214,9 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("llada-1.5", "llada", "GSAI-ML/LLaDA-1.5",
                   "LLaDA-1.5 (LLaDA-8B-Instruct after VRPO), masked diffusion", presets={"paper": LLADA_15_PAPER}),
         ModelSpec("dream-coder", "dream", "Dream-org/Dream-Coder-v0-Instruct-7B",
-                  "Dream-Coder-v0-Instruct-7B, masked diffusion for code (README sampling: T 0.1, entropy)",
-                  DREAM_CODER),
+                  "Dream-Coder-v0-Instruct-7B, masked diffusion for code (README sampling: T 0.1, entropy; --preset "
+                  "paper: its evaluation's canvases on LiveCodeBench and evalplus)", DREAM_CODER,
+                  {"paper": DREAM_CODER_PAPER}),
         ModelSpec("llada-fastdllm", "llada-fastdllm", "GSAI-ML/LLaDA-8B-Instruct",
                   "LLaDA-8B-Instruct with Fast-dLLM: dual cache, block 32, threshold 0.9"),
         ModelSpec("tiny-llada-fastdllm", "llada-fastdllm", "tiny-llada", "offline: tiny LLaDA with Fast-dLLM"),
