@@ -1,167 +1,22 @@
-"""The report's charts, drawn with matplotlib's object API (no pyplot state) and returned as PNG data URIs.
-
-A data URI keeps the HTML self-contained: the page loads nothing from anywhere. Each chart also says where its texts
-and value marks landed in the PNG (``Chart``), so a test can check from the geometry that no two texts overlap and
-that every value, zero included, has a visible mark.
-"""
+"""The report's charts, drawn with matplotlib's object API (no pyplot state) on the surface of ``reports.chart``:
+grouped bars (accuracy, forwards per token), the accuracy-throughput scatter and the latency boxes."""
 
 from __future__ import annotations
 
-import base64
-import io
-import math
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.text import Annotation, Text
-from matplotlib.transforms import Bbox
 
+from reports.chart import Chart, Mark, colour, hatch, legend_below, marker, new_figure, render, tidy
+from reports.point_labels import marker_box, place_labels
 from reports.report_data import ReportData
 from reports.tables import mean_or_none, pct
-
-PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-           "#bab0ac")
-# Shape and hatch tell models apart where colour cannot (grey print, colour-blind readers, a bar of height zero).
-MARKERS = ("o", "s", "D", "^", "v", "P", "X", "h", "<", ">")
-HATCHES = ("", "///", "...", "xxx", "\\\\\\", "+++", "---", "ooo", "|||", "***")
-DPI = 100
-MAX_WIDTH_IN = 12.0  # the page's column is about 1220 px: a wider PNG would be scaled down and its text shrunk
-LABEL_GAP_PX = 2.0  # the free space a point label keeps around itself
-NEAR_PT = 12.0  # a label further from its point than this gets a leader line to it
-# Where a point label may go, in points from its point (left, right or centred on it, above or below), nearest first.
-LABEL_OFFSETS_PT = tuple(sorted(((dx, dy) for dy in (5, -5, 14, -14, 26, -26, 40, -40, 56, -56, 74, -74, 94, -94)
-                                 for dx in (7, -7, 0, 24, -24, 48, -48, 80, -80)), key=lambda o: math.hypot(*o)))
-
-
-def colour(index: int) -> str:
-    return PALETTE[index % len(PALETTE)]
-
-
-def marker(index: int) -> str:
-    return MARKERS[index % len(MARKERS)]
-
-
-def hatch(index: int) -> str:
-    return HATCHES[index % len(HATCHES)]
-
-
-@dataclass(frozen=True)
-class Box:
-    """A drawn text's extent in the PNG's pixels (origin top left, y down), with the text it shows."""
-
-    text: str
-    x0: float
-    y0: float
-    x1: float
-    y1: float
-
-    def overlaps(self, other: Box) -> bool:
-        return self.x0 < other.x1 and other.x0 < self.x1 and self.y0 < other.y1 and other.y0 < self.y1
-
-
-@dataclass(frozen=True)
-class Mark:
-    """Where one (model, task) value is marked on a bar chart: the marker's centre in PNG pixels and its colour."""
-
-    label: str
-    task: str
-    value: float
-    x: float
-    y: float
-    colour: str
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A rendered chart: the PNG as a data URI, its size in pixels, and where its texts and marks were drawn."""
-
-    uri: str
-    width: int
-    height: int
-    texts: tuple[Box, ...]  # every text drawn: title, axis and tick labels, legend entries, point labels
-    point_labels: tuple[Box, ...] = ()  # the scatter's labels beside points; empty when the legend alone names them
-    marks: tuple[Mark, ...] = ()
-
-
-def new_figure(width_in: float, height_in: float) -> Figure:
-    """A figure with an Agg canvas (text extents need a renderer) and constrained layout, which makes room for a
-    legend outside the axes without cropping, so the PNG's pixels are the figure's own coordinates."""
-    fig = Figure(figsize=(min(width_in, MAX_WIDTH_IN), height_in), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def to_data_uri(fig: Figure) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI)  # no bbox_inches: cropping would shift every recorded position
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def to_box(fig: Figure, bbox: Bbox, text: str = "") -> Box:
-    """A display-space Bbox (origin bottom left) as PNG pixels (origin top left)."""
-    height = fig.bbox.height
-    return Box(text, bbox.x0, height - bbox.y1, bbox.x1, height - bbox.y0)
-
-
-def drawn_texts(fig: Figure) -> list[Text]:
-    """The texts a reader sees: titles, axis labels, tick labels in view, annotations and legend entries."""
-    texts: list[Text] = []
-    for ax in fig.axes:
-        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
-        texts += _in_view(ax.get_xticklabels(), ax.get_xlim(), 0) + _in_view(ax.get_yticklabels(), ax.get_ylim(), 1)
-        if ax.get_legend() is not None:
-            texts += ax.get_legend().get_texts()
-    for legend in fig.legends:
-        texts += legend.get_texts()
-    return [t for t in texts if t.get_visible() and t.get_text().strip()]
-
-
-def _in_view(labels: Sequence[Text], limits: tuple[float, float], along: int) -> list[Text]:
-    """The tick labels matplotlib draws: those of ticks within the axis' limits (it keeps others, undrawn)."""
-    low, high = sorted(limits)
-    span = 1e-9 * (high - low)
-    return [t for t in labels if low - span <= t.get_position()[along] <= high + span]
-
-
-def render(fig: Figure, point_labels: Sequence[Text] = ()) -> Chart:
-    """Draw the figure once into a PNG and record where its texts landed in that same drawing."""
-    uri = to_data_uri(fig)
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-
-    def boxes(texts: Iterable[Text]) -> tuple[Box, ...]:
-        return tuple(to_box(fig, text_extent(t, renderer), t.get_text()) for t in texts)
-
-    return Chart(uri, int(round(fig.bbox.width)), int(round(fig.bbox.height)), boxes(drawn_texts(fig)),
-                 boxes(point_labels))
-
-
-def tidy(ax: Axes, title: str, grid_axis: str = "both") -> None:
-    ax.set_title(title, fontsize=11)
-    ax.grid(axis=grid_axis, alpha=0.3)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-
-
-def legend_below(fig: Figure, handles: Sequence[object], names: Sequence[str], most_columns: int = 4,
-                 marker_scale: float = 1.0) -> None:
-    """The legend under the axes, so long names take height rather than squeezing the plot sideways; in as many
-    columns as fit the figure's width (a legend wider than the figure would be cut off at the PNG's edges)."""
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    for columns in range(min(len(names), most_columns), 0, -1):
-        legend = fig.legend(handles, names, loc="outside lower center", ncols=columns, fontsize=8, frameon=False,
-                            markerscale=marker_scale)
-        if columns == 1 or legend.get_window_extent(renderer).width <= fig.bbox.width - 8:
-            return
-        legend.remove()
-
 
 # --- bars ---------------------------------------------------------------------------------------------------------
 
@@ -294,86 +149,6 @@ def _task_deltas(data: ReportData, label: str, base: str) -> list[tuple[float, f
     return out
 
 
-def _marker_box(ax: Axes, x: float, y: float, size: float) -> Bbox:
-    """The display-space square a scatter marker of ``size`` (points squared) covers, edge included."""
-    cx, cy = ax.transData.transform((x, y))
-    radius = (math.sqrt(size) / 2 + 1) * ax.figure.dpi / 72
-    return Bbox.from_extents(cx - radius, cy - radius, cx + radius, cy + radius)
-
-
-def text_extent(text: Text, renderer: object) -> Bbox:
-    """The extent of a text's glyphs alone (an annotation's own extent also covers its leader line)."""
-    if isinstance(text, Annotation):
-        text.update_positions(renderer)  # an annotation's text is positioned relative to its point only when drawn
-    return Text.get_window_extent(text, renderer)
-
-
-def _leader(point: np.ndarray, box: Bbox) -> np.ndarray:
-    """Points along the leader line, from the label's nearest edge to its point (the sampling is finer than any text
-    is tall, so a leader crossing a label always puts a point inside it)."""
-    edge = np.clip(point, [box.x0, box.y0], [box.x1, box.y1])
-    return edge + np.linspace(0.0, 1.0, 40)[:, None] * (point - edge)
-
-
-@dataclass
-class Placement:
-    """What labels already cover: markers and placed labels (boxes), and the leader lines drawn to far labels."""
-
-    obstacles: list[Bbox]
-    labels: list[Bbox]
-    leaders: list[np.ndarray]
-
-    def free(self, box: Bbox, leader: np.ndarray | None) -> bool:
-        if any(box.overlaps(other) for other in self.obstacles + self.labels):
-            return False
-        if any(box.count_contains(points) for points in self.leaders):
-            return False
-        return leader is None or not any(label.count_contains(leader) for label in self.labels)
-
-
-def _place_label(ax: Axes, point: tuple[float, float], note: str, placement: Placement) -> Text | None:
-    """The first candidate position around the point whose text stays inside the axes and clear of the markers,
-    the labels and the leader lines placed so far; None when every candidate collides."""
-    renderer = ax.figure.canvas.get_renderer()  # type: ignore[attr-defined]
-    inside = ax.get_window_extent(renderer)
-    anchor = np.asarray(ax.transData.transform(point), dtype=float)
-    for dx, dy in LABEL_OFFSETS_PT:
-        far = abs(dx) + abs(dy) > NEAR_PT
-        text = ax.annotate(note, point, textcoords="offset points", xytext=(dx, dy), fontsize=8,
-                           arrowprops={"arrowstyle": "-", "color": "#777", "lw": 0.6, "shrinkA": 0, "shrinkB": 5}
-                           if far else None,
-                           ha="left" if dx > 0 else "right" if dx < 0 else "center", va="bottom" if dy > 0 else "top")
-        text.set_in_layout(False)  # placing a label must not move the axes it was placed in
-        box = text_extent(text, renderer).padded(LABEL_GAP_PX)
-        leader = _leader(anchor, box) if far else None
-        if (inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
-                and placement.free(box, leader)):
-            placement.labels.append(box)
-            if leader is not None:
-                placement.leaders.append(leader)
-            return text
-        text.remove()
-    return None
-
-
-def place_labels(ax: Axes, averages: Sequence[Average], obstacles: list[Bbox]) -> list[Text]:
-    """Labels beside every average marker, none overlapping another label, a marker or a leader line; all or none.
-
-    All or none: a chart with some points labelled and others not reads as if the unlabelled ones were something
-    else. When none are placed, the legend (which always names every model and its ratio) is the key.
-    """
-    placement = Placement(list(obstacles), [], [])
-    placed: list[Text] = []
-    for average in averages:
-        text = _place_label(ax, (average.x, average.y), average.note, placement)
-        if text is None:
-            for done in placed:
-                done.remove()
-            return []
-        placed.append(text)
-    return placed
-
-
 def _fix_limits(ax: Axes, min_points: float = 2.0) -> None:
     """Freeze the axes' limits before labels are placed, with room around the points and at least ``min_points``
     of Δ accuracy in view (models that all score the same would otherwise get an axis of ±0.05 points)."""
@@ -423,8 +198,8 @@ def tradeoff_scatter(data: ReportData) -> Chart | None:
     legend_below(fig, handles, [a.legend for a in averages] + [f"baseline: {base}"], marker_scale=0.6)
     _fix_limits(ax)
     fig.canvas.draw()  # lay the figure out, so label extents are measured where they will be drawn
-    obstacles = [_marker_box(ax, x, y, size) for x, y, size in points]
-    labels = place_labels(ax, averages, obstacles)
+    obstacles = [marker_box(ax, x, y, size) for x, y, size in points]
+    labels = place_labels(ax, [((a.x, a.y), a.note) for a in averages], obstacles)
     return render(fig, labels)
 
 

@@ -15,7 +15,8 @@ from matplotlib.lines import Line2D
 
 from harness.files import write_atomic
 from harness.sweep.plan import SweepFolder
-from reports.figures import Chart, Placement, _marker_box, _place_label, colour, legend_below, new_figure, render, tidy
+from reports.chart import Chart, colour, legend_below, new_figure, render, tidy
+from reports.point_labels import Placement, marker_box, place_label
 from reports.frontier.frame import CROSSOVER_RULE, Frontier, build_frontier
 from reports.html import make_environment, table_view
 
@@ -98,7 +99,7 @@ def scatter_chart(rows: pd.DataFrame, models: list[str]) -> Chart | None:
     a line, its reference as a star, points significantly below the reference as crosses.
 
     Every point is named once, and no two names overlap: beside its marker where a free place is found
-    (reports.figures' placement, clear of markers, labels and leader lines), else in the legend. A point moved to
+    (reports.point_labels, clear of markers, labels and leader lines), else in the legend. A point moved to
     the legend changes the layout, so the chart is drawn again until every remaining label fits (the legend's set
     only grows, so this ends)."""
     rows = rows.dropna(subset=["accuracy", "tokens_per_second"])
@@ -107,10 +108,10 @@ def scatter_chart(rows: pd.DataFrame, models: list[str]) -> Chart | None:
     in_legend: set[str] = set()
     while True:
         fig, ax, marks = _draw_scatter(rows, models, in_legend)
-        placement = Placement([_marker_box(ax, m.x, m.y, m.size) for m in marks], [], [])
+        placement = Placement([marker_box(ax, m.x, m.y, m.size) for m in marks], [], [])
         placed, missed = [], set()
         for m in (m for m in marks if m.key not in in_legend):
-            text = _place_label(ax, (m.x, m.y), m.note, placement)
+            text = place_label(ax, (m.x, m.y), m.note, placement)
             if text is None:
                 missed.add(m.key)
             else:

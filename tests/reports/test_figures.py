@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from reports import figures
-from reports.figures import Box, Chart
+from reports.chart import Box, Chart, new_figure, render
 from reports.report_data import gather, short_run_names
 
 
@@ -78,13 +78,13 @@ def test_labels_that_cannot_all_fit_leave_the_legend_as_the_key(tmp_path, rf):
 
 def test_the_overlap_check_catches_labels_drawn_at_a_fixed_offset(crowded_runs):
     """Negative control: the labels as the report drew them before (every one up and right of its point) overlap."""
-    fig = figures.new_figure(7.5, 4.8)
+    fig = new_figure(7.5, 4.8)
     ax = fig.add_subplot()
     ax.scatter([0.0], [0.0], marker="*")  # the baseline at the origin, as in the report
     for x in (-169.0, -166.0, -160.0, -157.0):
         ax.scatter([x], [0.0])
         ax.annotate(f"tiny-model @ run\n{x}", (x, 0.0), textcoords="offset points", xytext=(8, 6), fontsize=8)
-    assert len(overlapping(figures.render(fig).texts)) >= 3
+    assert len(overlapping(render(fig).texts)) >= 3
 
 
 def test_zero_bars_each_show_a_mark_in_their_model_colour(crowded_runs):
