@@ -211,21 +211,21 @@ def run_main(argv: Sequence[str]) -> int:
     ctx = context_from_env()
     runner = Runner(settings, ctx)
     distributed.start(ctx, runner.device)
-    reports: list[str] = []
     try:
-        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx),
-                             after_job=lambda _: reports.append(write_run_report(settings.output)))
+        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
     finally:
         distributed.stop(ctx)
     if payload is not None:
         print(summary_table(payload["results"]))
         print(f"results: {runner.folder.results_path}")
-        print(reports[-1] if reports else "report not written: the run has no results")
+        print(write_run_report(settings.output) if payload["results"] else
+              "report not written: the run has no results")
     return 0
 
 
 def write_run_report(output: Path) -> str:
-    """The HTML report of a finished run; a report that fails does not fail the run (its results are written)."""
+    """The HTML report of a finished run, built once at its end (results.json is rewritten after every job, so
+    ``run_eval.py report`` builds it for a run stopped midway); a report that fails does not fail the run."""
     from reports.html import write_report
 
     try:

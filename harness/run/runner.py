@@ -223,17 +223,15 @@ class Runner:
                     task.check_ready()
         return jobs
 
-    def run(self, wait_for_ranks: Callable[[], None] = lambda: None,
-            after_job: Callable[[dict[str, Any]], None] = lambda payload: None) -> dict[str, Any] | None:
+    def run(self, wait_for_ranks: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
         """Plan everything, then model by model: generate this rank's share of each job, wait for all ranks (the
-        launcher's barrier, given by the command line), and (rank 0) score it and rewrite the results file, then
-        ``after_job(payload)`` (the command line rewrites the report there). A model's weights are released (or
-        handed to the next model on the same checkpoint) after its jobs."""
+        launcher's barrier, given by the command line), and (rank 0) score it and rewrite the results file, so a run
+        stopped midway keeps every finished job's results. A model's weights are released (or handed to the next
+        model on the same checkpoint) after its jobs."""
         with removed_if_left_empty(self.folder.root):  # a run that fails before storing anything leaves no folder
-            return self._run(wait_for_ranks, after_job)
+            return self._run(wait_for_ranks)
 
-    def _run(self, wait_for_ranks: Callable[[], None],
-             after_job: Callable[[dict[str, Any]], None]) -> dict[str, Any] | None:
+    def _run(self, wait_for_ranks: Callable[[], None]) -> dict[str, Any] | None:
         s = self.settings
         apply_threads(s.threads)
         jobs = self.plan_all()
@@ -258,7 +256,6 @@ class Runner:
                             results.append(self.score(job))
                             payload["attribution"] = attribution_table(results)
                             self.folder.write_results(payload)
-                            after_job(payload)
             following = groups[number + 1][0].adapter if number + 1 < len(groups) else None
             hand_over(group[0].adapter, following)
         return payload if self.dist.is_main else None

@@ -7,10 +7,14 @@ import os
 import stat
 
 from harness.cli import main
+from reports import html
+from reports.html import write_report
 from tasks.registry import PAPER_TASKS
 
 
-def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys):
+def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys, monkeypatch):
+    built = []
+    monkeypatch.setattr(html, "write_report", lambda *args: built.append(args) or write_report(*args))
     old_mask = os.umask(0o022)  # a shared runs folder: what the run writes must be readable by the group
     try:
         status = main(["--models", "tiny-qwen3", "--tasks", "all", "--limit", "3", "--data", "fixtures",
@@ -31,5 +35,6 @@ def test_all_seven_tasks_run_offline_and_report(tmp_path, capsys):
     code = {r["task"]: r["diagnostics"]["exec_status_counts"] for r in results if r["task"] in ("humaneval", "mbpp")}
     assert all(sum(counts.values()) == 3 for counts in code.values())
     assert (tmp_path / "report.html").stat().st_size > 10_000
+    assert len(built) == 1 and f"report: {tmp_path / 'report.html'}" in out  # once, at the end, not after every job
     written = [tmp_path / "results.json", tmp_path / "report.html", *(tmp_path / "samples").rglob("*.jsonl")]
     assert {stat.S_IMODE(p.stat().st_mode) for p in written} == {0o644}

@@ -20,6 +20,7 @@ import models.adapters.causal as causal
 import models.adapters.native as native
 from harness.stats.aggregate import MIN_TIMED_SAMPLES, speed_figures
 from harness.cli import build_parser, settings_from_args
+from harness.run.folder import RunFolder
 from harness.run.generation import loop_batches
 from harness.run.runner import Runner, plan
 from models.base import GenerationRequest
@@ -63,11 +64,17 @@ def test_previous_network_is_collected_before_the_next_loads(tmp_path, monkeypat
     assert all(ref() is None for _, ref in alive)  # the last model is released too
 
 
-def test_results_are_rewritten_after_every_job(tmp_path):
+def test_results_are_rewritten_after_every_job(tmp_path, monkeypatch):
     seen: list[list[str]] = []
-    runner = Runner(settings(tmp_path / "run", "tiny-qwen3,tiny-llada"))
-    runner.run(after_job=lambda payload: seen.append(
-        [r["model"] for r in json.loads(runner.folder.results_path.read_text())["results"]]))
+    write_results = RunFolder.write_results
+
+    def watched(folder, payload):
+        path = write_results(folder, payload)
+        seen.append([r["model"] for r in json.loads(path.read_text())["results"]])
+        return path
+
+    monkeypatch.setattr(RunFolder, "write_results", watched)
+    Runner(settings(tmp_path / "run", "tiny-qwen3,tiny-llada")).run()
     assert seen == [["tiny-qwen3"], ["tiny-qwen3", "tiny-llada"]]
 
 
