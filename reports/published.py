@@ -1,10 +1,12 @@
-"""Published figures: the ReFusion paper's Table 1 (arXiv 2512.13586), and each other family's own paper or README
-(SDAR, TraDo, Fast-dLLM v2), with which results map onto their rows and columns.
+"""Published figures: the ReFusion paper's Table 1 (arXiv 2512.13586), and each other family's own paper, report,
+README or model card, with which results map onto their rows and columns.
 
 These are the authors' figures on their hardware; the report shows them beside measured numbers, labelled as such.
 A ReFusion row is found by the decoder kind and checkpoint a result records; a family row by the registry name, and
-only when the recorded kind, checkpoint and (TraDo) remasking rule are the row's. A family cell whose benchmark is
-not the harness's task (MMLU beside MMLU-Pro, MATH500 beside MATH) carries a note that the report shows with it.
+only when the recorded kind, checkpoint and (TraDo) remasking rule are the row's. Columns are the ReFusion table's
+seven, then the 2026 benchmarks under their task names. A cell whose benchmark is not the harness's task (MMLU
+beside MMLU-Pro, another LiveCodeBench window, GPQA-Diamond beside GPQA main) carries a note that the report shows
+with it; a row whose figures come from several sources names each, with the columns it gave.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from typing import Any
 
 SOURCE = "ReFusion paper (arXiv 2512.13586), Table 1: zero-shot, chat template, batch 1, authors' GPU"
 COLUMNS = ("MMLU-Pro", "ARC-C", "GSM8K", "MATH", "GPQA", "HumanEval", "MBPP")
+# The 2026 benchmarks (docs/tasks.md) have no column in the ReFusion table: their figures sit under the task's name.
+TASK_COLUMNS = ("livecodebench", "livecodebench_v5", "livecodebench_v6", "aime24", "aime25", "ifeval", "gpqa_diamond",
+                "bbh")
 
 # row -> column -> (accuracy %, tokens/s); transcribed from the ReFusion paper (arXiv 2512.13586), Table 1.
 _TABLE = {
@@ -75,39 +80,81 @@ class PublishedRow:
 
 
 @dataclass(frozen=True)
-class FamilyRow:
-    """A model's figures in its own paper or README, shown beside the registry entries named in ``FAMILY_ROWS``."""
+class Figures:
+    """One source's figures for a row: one accuracy % per (column, note) of ``layout``; a note says where the
+    source's benchmark is not the task here, or what else the source reports for it."""
 
-    label: str
-    kind: str  # the adapter kind the result must record
-    ref: str  # the checkpoint it must record
     source: str
-    scores: str  # one number (accuracy %) per column of ``layout``
-    layout: tuple[tuple[str, str | None], ...]  # (column, note: where the source's benchmark is not the task, or
-    # what else it reports for it)
-    decoding: tuple[tuple[str, Any], ...] = ()  # decoding options the result must record (TraDo: the rule)
+    scores: str
+    layout: tuple[tuple[str, str | None], ...]
 
     def cells(self) -> dict[str, PublishedCell]:
         values = zip(self.layout, self.scores.split(), strict=True)
         return {column: PublishedCell(float(score), note=note) for (column, note), score in values}
 
 
-SDAR_SOURCE = "SDAR paper (arXiv 2510.06303), Table 1"
-TRADO_SOURCE = "TraDo paper (arXiv 2509.06949)"
+def merged_cells(figures: tuple[Figures, ...]) -> dict[str, PublishedCell]:
+    return {column: cell for f in figures for column, cell in f.cells().items()}
+
+
+def sources_text(first: str, more: tuple[Figures, ...]) -> str:
+    """The row's source, then each further source with the columns it gave."""
+    return "; ".join([first, *(f"{', '.join(c for c, _ in f.layout)}: {f.source}" for f in more)])
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """A model's figures in its own paper or README, shown beside the registry entries named in ``FAMILY_ROWS``."""
+
+    label: str
+    kind: str  # the adapter kind the result must record
+    ref: str  # the checkpoint it must record
+    figures: tuple[Figures, ...]  # the main source first
+    decoding: tuple[tuple[str, Any], ...] = ()  # decoding options the result must record (TraDo: the rule)
+
+    @property
+    def source(self) -> str:
+        return sources_text(self.figures[0].source, self.figures[1:])
+
+    def cells(self) -> dict[str, PublishedCell]:
+        return merged_cells(self.figures)
+
+
+SDAR_SOURCE = "SDAR paper (arXiv 2510.06303), Table 1 (the README's assets/table1.png)"
+TRADO_SOURCE = "TraDo paper (arXiv 2509.06949), Table 2 (the dLLM-RL README's assets/maintable.png)"
 FASTDLLM_V2_SOURCE = "Fast-dLLM v2 README (NVlabs/Fast-dLLM, v2/)"
 DIFFUSIONGEMMA_SOURCE = "DiffusionGemma model card figures, as quoted by secondary sources"
-LLADA2_SOURCE = "LLaDA2.0 report, Table 1 (T 0, block 32, threshold 0.95); Qwen3-8B (no think) from the same table"
-LLADA21_SOURCE = ("LLaDA2.1 report (S mode shown, Q mode in the notes; the harness edits with diffusers' example "
-                  "settings, not the report's S or Q); HumanEval+ 80.49 / 82.93 and MBPP+ 73.28 / 74.07 (S / Q) are "
-                  "not shown")
+LLADA2_SOURCE = ("LLaDA2.0 report (arXiv 2512.15745; tech_report.pdf in inclusionAI/LLaDA2.X), Table 1 (T 0, block "
+                 "32, threshold 0.95); Qwen3-8B (no think) from the same table")
+LLADA21_SOURCE = ("LLaDA2.1 report (arXiv 2602.08676; llada2_1_tech_report.pdf in inclusionAI/LLaDA2.X), Table 2: S "
+                  "mode shown, Q mode in the notes (the harness edits with diffusers' example settings, not the "
+                  "report's S or Q); HumanEval+ 80.49 / 82.93 and MBPP+ 73.28 / 74.07 (S / Q) are not shown")
+QWEN3_SOURCE = ("Qwen3 technical report (arXiv 2505.09388), Table 18, non-thinking: sampled (T 0.7, top-p 0.8, top-k "
+                "20, presence penalty 1.5, up to 32,768 new tokens), AIME the mean of 64 samples, GPQA-Diamond of 10")
+DREAM_CODER_SOURCE = ("Dream-Coder README (DreamLM/Dream-Coder, assets/results.png; arXiv 2509.01142); its "
+                      "instruct/code_eval README: T 0.1, entropy, evalplus at 512 tokens, LiveCodeBench at 768")
 _QWEN3_IN_LLADA2 = "Qwen3-8B (no think) in the same table: {}"
-_LLADA2_LAYOUT = tuple((column, _QWEN3_IN_LLADA2.format(qwen3)) for column, qwen3 in (
-    ("MMLU-Pro", "65.48"), ("ARC-C", "93.35"), ("GPQA", "46.59"), ("GSM8K", "93.63"), ("MATH", "86.28"),
-    ("HumanEval", "84.76"), ("MBPP", "78.92")))
+_GPQA_DIAMOND = "GPQA-Diamond, not GPQA main"
+_LCB_V2 = "LiveCodeBench-v2 (release_v2), not release_v6"
+_LLADA2_LAYOUT = tuple((column, "; ".join(filter(None, (differs, _QWEN3_IN_LLADA2.format(qwen3)))))
+                       for column, differs, qwen3 in (
+    ("MMLU-Pro", None, "65.48"), ("ARC-C", None, "93.35"), ("GPQA", _GPQA_DIAMOND, "46.59"), ("GSM8K", None, "93.63"),
+    ("MATH", None, "86.28"), ("HumanEval", None, "84.76"), ("MBPP", None, "78.92"), ("gpqa_diamond", None, "46.59"),
+    ("bbh", "BIG-Bench Hard, prompt and shots not stated", "79.48"), ("aime25", None, "22.08"),
+    ("ifeval", None, "86.90"),
+    ("livecodebench_v6", "LiveCodeBench, window not stated (v6 in the report's Figure 1)", "26.38")))
+_LLADA21_LAYOUT = (
+    ("MMLU-Pro", "Q mode: 64.84"), ("GPQA", f"{_GPQA_DIAMOND}; Q mode: 53.28"), ("gpqa_diamond", "Q mode: 53.28"),
+    ("bbh", "BIG-Bench Hard, prompt and shots not stated; Q mode: 80.58"), ("aime25", "Q mode: 43.33"),
+    ("ifeval", "Q mode: 83.18"),
+    ("livecodebench_v6", "LiveCodeBench, version and window not stated; Q mode: 30.40"))
 _MMLU = "MMLU, not MMLU-Pro"
 _MATH500 = "MATH500, not the whole MATH test"
-_SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("MATH", _MATH500), ("HumanEval", None), ("MBPP", None))
-_TRADO_LAYOUT = (("GSM8K", None), ("MATH", _MATH500))
+_SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("MATH", _MATH500), ("HumanEval", None), ("MBPP", None),
+                ("ifeval", "IFEval, which of its four figures not stated"))
+_TRADO_LAYOUT = (("GSM8K", None), ("MATH", _MATH500), ("aime24", None), ("livecodebench", _LCB_V2))
+_SDAR_IN_TRADO_LAYOUT = (("aime24", None), ("livecodebench", _LCB_V2))
+_SDAR_IN_TRADO = f"{TRADO_SOURCE}, static rule, by TraDo's sampled evaluation"
 _FASTDLLM_V2_LAYOUT = (("HumanEval", None), ("MBPP", None), ("GSM8K", None), ("MATH", None),
                        ("MMLU-Pro", "MMLU, not MMLU-Pro, and scored by log-likelihood, not generated"), ("GPQA", None))
 _FASTDLLM_V2_7B_LAYOUT = (("HumanEval", "HumanEval; HumanEval+ is 58.5"), ("MBPP", "MBPP; MBPP+ is 52.3"),
@@ -117,27 +164,41 @@ _DYNAMIC = (("remasking", "low_confidence_dynamic"),)
 
 # registry name -> its published rows (the first whose recorded decoding matches is shown).
 FAMILY_ROWS: dict[str, tuple[FamilyRow, ...]] = {
-    "sdar-8b": (FamilyRow("SDAR-8B-Chat", "sdar", "JetLM/SDAR-8B-Chat", SDAR_SOURCE, "78.6 91.3 78.6 78.7 72.0",
-                          _SDAR_LAYOUT),),
-    "sdar-4b": (FamilyRow("SDAR-4B-Chat", "sdar", "JetLM/SDAR-4B-Chat", SDAR_SOURCE, "74.9 89.9 72.8 72.0 65.4",
-                          _SDAR_LAYOUT),),
+    "sdar-8b": (FamilyRow("SDAR-8B-Chat", "sdar", "JetLM/SDAR-8B-Chat", (
+        Figures(SDAR_SOURCE, "78.6 91.3 78.6 78.7 72.0 61.4", _SDAR_LAYOUT),
+        Figures(_SDAR_IN_TRADO, "11.8 18.5", _SDAR_IN_TRADO_LAYOUT))),),
+    "sdar-4b": (FamilyRow("SDAR-4B-Chat", "sdar", "JetLM/SDAR-4B-Chat", (
+        Figures(SDAR_SOURCE, "74.9 89.9 72.8 72.0 65.4 56.6", _SDAR_LAYOUT),
+        Figures(_SDAR_IN_TRADO, "5.0 15.6", _SDAR_IN_TRADO_LAYOUT))),),
     "trado-8b": (
-        FamilyRow("TraDo-8B-Instruct (dynamic)", "sdar", "Gen-Verse/TraDo-8B-Instruct", TRADO_SOURCE, "91.2 75.5",
-                  _TRADO_LAYOUT, _DYNAMIC),
-        FamilyRow("TraDo-8B-Instruct (static)", "sdar", "Gen-Verse/TraDo-8B-Instruct", TRADO_SOURCE, "92.3 78.5",
-                  _TRADO_LAYOUT, _STATIC),
+        FamilyRow("TraDo-8B-Instruct (dynamic)", "sdar", "Gen-Verse/TraDo-8B-Instruct",
+                  (Figures(TRADO_SOURCE, "91.2 75.5 11.0 22.4", _TRADO_LAYOUT),), _DYNAMIC),
+        FamilyRow("TraDo-8B-Instruct (static)", "sdar", "Gen-Verse/TraDo-8B-Instruct",
+                  (Figures(TRADO_SOURCE, "92.3 78.5 13.3 25.9", _TRADO_LAYOUT),), _STATIC),
     ),
-    "fastdllm-v2-7b": (FamilyRow("Fast-dLLM v2 7B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_7B",
-                                 FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT),),
-    "fastdllm-v2-1.5b": (FamilyRow("Fast-dLLM v2 1.5B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B",
-                                   FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT),),
-    "llada2-mini": (FamilyRow("LLaDA2.0-mini", "llada2", "inclusionAI/LLaDA2.0-mini", LLADA2_SOURCE,
-                              "63.22 93.56 47.98 94.24 93.22 86.59 81.50", _LLADA2_LAYOUT),),
-    "llada2.1-mini": (FamilyRow("LLaDA2.1-mini (S mode)", "llada2", "inclusionAI/LLaDA2.1-mini", LLADA21_SOURCE,
-                                "63.42 48.36", (("MMLU-Pro", "Q mode: 64.84"), ("GPQA", "Q mode: 53.28"))),),
-    "diffusiongemma": (FamilyRow("DiffusionGemma 26B-A4B-it", "diffusiongemma", "google/diffusiongemma-26B-A4B-it",
-                                 DIFFUSIONGEMMA_SOURCE, "77.6 73.2",
-                                 (("MMLU-Pro", None), ("GPQA", "GPQA-diamond, not GPQA main"))),),
+    "fastdllm-v2-7b": (FamilyRow("Fast-dLLM v2 7B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_7B", (
+        Figures(FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT),)),),
+    "fastdllm-v2-1.5b": (FamilyRow("Fast-dLLM v2 1.5B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B", (
+        Figures(FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT),)),),
+    "llada2-mini": (FamilyRow("LLaDA2.0-mini", "llada2", "inclusionAI/LLaDA2.0-mini", (
+        Figures(LLADA2_SOURCE, "63.22 93.56 47.98 94.24 93.22 86.59 81.50 47.98 78.21 36.67 80.78 31.50",
+                _LLADA2_LAYOUT),)),),
+    "llada2.1-mini": (FamilyRow("LLaDA2.1-mini (S mode)", "llada2", "inclusionAI/LLaDA2.1-mini", (
+        Figures(LLADA21_SOURCE, "63.42 48.36 48.36 78.42 36.67 81.33 28.85", _LLADA21_LAYOUT),)),),
+    "dream-coder": (FamilyRow("Dream-Coder-7B-Instruct", "dream", "Dream-org/Dream-Coder-v0-Instruct-7B", (
+        Figures(DREAM_CODER_SOURCE, "82.9 79.6 21.4", (
+            ("HumanEval", None), ("MBPP", "evalplus's MBPP (base tests), not the 500-problem test"),
+            ("livecodebench_v6", "LiveCodeBench window 2024-10 to 2025-05, not 2025-02 to 2025-05"))),)),),
+    "diffusiongemma": (FamilyRow("DiffusionGemma 26B-A4B-it", "diffusiongemma", "google/diffusiongemma-26B-A4B-it", (
+        Figures(DIFFUSIONGEMMA_SOURCE, "77.6 73.2 73.2",
+                (("MMLU-Pro", None), ("GPQA", _GPQA_DIAMOND), ("gpqa_diamond", None))),)),),
+}
+
+# Figures beyond the ReFusion table for its rows, from the model's own report.
+PAPER_ROW_FIGURES: dict[str, tuple[Figures, ...]] = {
+    "Qwen3-8B": (Figures(QWEN3_SOURCE, "39.3 83.0 29.1 20.9 22.8", (
+        ("gpqa_diamond", None), ("ifeval", None), ("aime24", None), ("aime25", None),
+        ("livecodebench_v5", "LiveCodeBench v5 window 2024-10 to 2025-02, not 2024-08 to 2025-02"))),),
 }
 
 
@@ -160,7 +221,8 @@ def published_row(manifest: dict[str, Any]) -> PublishedRow | None:
     kind, ref, _ = _recorded(manifest)
     paper = PAPER_ROWS.get((kind, ref))
     if paper is not None:
-        return PublishedRow(paper, SOURCE, published_table()[paper])
+        more = PAPER_ROW_FIGURES.get(paper, ())
+        return PublishedRow(paper, sources_text(SOURCE, more), {**published_table()[paper], **merged_cells(more)})
     family = family_row(manifest)
     return None if family is None else PublishedRow(family.label, family.source, family.cells())
 
@@ -172,6 +234,9 @@ def paper_row(manifest: dict[str, Any]) -> str | None:
 
 
 def paper_column(manifest: dict[str, Any]) -> str | None:
-    """The paper's column for a result: the task's own ``paper_column``, as its manifest records it."""
-    column = (manifest.get("task") or {}).get("paper_column")
-    return column if column in COLUMNS else None
+    """The published column for a result: the task's own ``paper_column`` (the ReFusion table's), as its manifest
+    records it, or for a 2026 benchmark the task's name."""
+    task = manifest.get("task") or {}
+    if task.get("paper_column") in COLUMNS:
+        return task["paper_column"]
+    return task.get("name") if task.get("name") in TASK_COLUMNS else None

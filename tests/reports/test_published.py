@@ -1,5 +1,5 @@
-"""The block-diffusion families' published figures in the report: found by registry name, each cell with its source,
-and a visible note wherever the source's benchmark is not the task measured here."""
+"""The families' published figures in the report: found by registry name, each cell with its source, and a visible
+note wherever the source's benchmark is not the task measured here; the 2026 benchmarks under their task names."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from reports.html import write_report
-from reports.published import FAMILY_ROWS, paper_row
+from reports.published import COLUMNS, FAMILY_ROWS, TASK_COLUMNS, paper_column, paper_row, published_row
+from tasks.registry import task_names
 
 SDAR_REF = "JetLM/SDAR-8B-Chat"
 TRADO_REF = "Gen-Verse/TraDo-8B-Instruct"
@@ -65,4 +66,51 @@ def test_every_family_row_has_a_source_and_marks_a_different_benchmark_by_name()
                 assert cell.note is None or cell.note.split(",")[0].split(";")[0].strip(), (row.label, column)
     assert FAMILY_ROWS["sdar-8b"][0].cells()["MMLU-Pro"].note.startswith("MMLU, not MMLU-Pro")
     assert FAMILY_ROWS["fastdllm-v2-7b"][0].cells()["MMLU-Pro"].note.startswith("MMLU, not MMLU-Pro")
-    assert FAMILY_ROWS["diffusiongemma"][0].cells()["GPQA"].note == "GPQA-diamond, not GPQA main"
+    assert FAMILY_ROWS["diffusiongemma"][0].cells()["GPQA"].note == "GPQA-Diamond, not GPQA main"
+
+
+def test_the_2026_benchmarks_sit_under_their_task_names_with_sources_and_notes(tmp_path, rf):
+    """LLaDA2.0-mini on aime25 and livecodebench_v6 (the report's window not stated), Qwen3-8B on aime24 and
+    livecodebench_v5 (another window): the ReFusion row gains the Qwen3 report's figures, each source named."""
+    run = rf.write_run(tmp_path / "run", [
+        rf.Entry("llada2-mini", "aime25", rf.samples([1.0, 0.0]), model_ref="inclusionAI/LLaDA2.0-mini",
+                 kind="llada2"),
+        rf.Entry("llada2-mini", "livecodebench_v6", rf.samples([0.0, 1.0]), model_ref="inclusionAI/LLaDA2.0-mini",
+                 kind="llada2"),
+        rf.Entry("qwen3", "aime24", rf.samples([1.0, 1.0]), model_ref="Qwen/Qwen3-8B"),
+        rf.Entry("qwen3", "livecodebench_v5", rf.samples([0.0, 0.0]), model_ref="Qwen/Qwen3-8B"),
+        rf.Entry("qwen3", "gsm8k", rf.samples([1.0, 0.0]), model_ref="Qwen/Qwen3-8B"),
+    ])
+    html = write_report([run], tmp_path / "out").read_text(encoding="utf-8")
+    published = pd.read_csv(tmp_path / "out" / "report_published.csv").set_index(["model", "task"])
+    aime25, lcb = published.loc[("llada2-mini", "aime25")], published.loc[("llada2-mini", "livecodebench_v6")]
+    assert aime25["published accuracy %"] == pytest.approx(36.67) and lcb["published accuracy %"] == pytest.approx(31.5)
+    assert lcb["published benchmark"].startswith("LiveCodeBench, window not stated")
+    assert aime25["source"].startswith("LLaDA2.0 report (arXiv 2512.15745")
+    aime24, lcb5 = published.loc[("qwen3", "aime24")], published.loc[("qwen3", "livecodebench_v5")]
+    assert (aime24["published row"], aime24["published accuracy %"]) == ("Qwen3-8B", pytest.approx(29.1))
+    assert aime24["published benchmark"] == "same" and lcb5["published accuracy %"] == pytest.approx(22.8)
+    assert lcb5["published benchmark"] == "LiveCodeBench v5 window 2024-10 to 2025-02, not 2024-08 to 2025-02"
+    assert published.loc[("qwen3", "gsm8k")]["published accuracy %"] == pytest.approx(81.96)  # the ReFusion table's
+    assert "Qwen3 technical report (arXiv 2505.09388), Table 18" in aime24["source"]
+    assert aime24["source"].startswith("ReFusion paper (arXiv 2512.13586)")
+    assert "LiveCodeBench v5 window 2024-10 to 2025-02" in html
+
+
+@pytest.mark.parametrize("task, column", [
+    ("aime24", "aime24"), ("gpqa_diamond", "gpqa_diamond"), ("livecodebench", "livecodebench"),
+    ("gpqa", "GPQA"), ("humaneval_plus", None)])
+def test_a_task_maps_to_its_published_column(rf, task, column):
+    assert paper_column({"task": {"name": task, "paper_column": rf.paper_column(task)}}) == column
+
+
+def test_every_2026_column_is_a_registry_task_and_every_figure_sits_in_a_known_column():
+    rows = [row.cells() for rows in FAMILY_ROWS.values() for row in rows]
+    rows += [published_row({"model": {"kind": "ar"}, "model_ref": "Qwen/Qwen3-8B"}).cells]
+    assert set(TASK_COLUMNS) <= set(task_names())
+    assert all(set(cells) <= {*COLUMNS, *TASK_COLUMNS} for cells in rows)
+    # where a source scored GPQA-Diamond, the GPQA main column says so
+    for name in ("llada2-mini", "llada2.1-mini", "diffusiongemma"):
+        cells = FAMILY_ROWS[name][0].cells()
+        assert cells["GPQA"].note.startswith("GPQA-Diamond, not GPQA main")
+        assert cells["gpqa_diamond"].accuracy == cells["GPQA"].accuracy

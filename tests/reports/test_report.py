@@ -196,7 +196,7 @@ PAPER_ROW_OF = {"qwen3": "Qwen3-8B", "llama3": "Llama-3-8B-Instruct", "refusion"
 FAMILY_ROW_OF = {"sdar-8b": "SDAR-8B-Chat", "sdar-4b": "SDAR-4B-Chat", "trado-8b": "TraDo-8B-Instruct (dynamic)",
                  "fastdllm-v2-7b": "Fast-dLLM v2 7B", "fastdllm-v2-1.5b": "Fast-dLLM v2 1.5B",
                  "diffusiongemma": "DiffusionGemma 26B-A4B-it", "llada2-mini": "LLaDA2.0-mini",
-                 "llada2.1-mini": "LLaDA2.1-mini (S mode)"}
+                 "llada2.1-mini": "LLaDA2.1-mini (S mode)", "dream-coder": "Dream-Coder-7B-Instruct"}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
