@@ -57,6 +57,8 @@ class Generation:
     nfe: float  # the row's share of the network calls (a batched call split across its rows)
     hit_max_tokens: bool
     forwards: int | None = field(default=None, kw_only=True)  # the forwards the row took part in (None: unknown)
+    commit_step: tuple[int, ...] | None = field(default=None, kw_only=True)  # per token of token_ids (DecodeResult)
+    edits: int | None = field(default=None, kw_only=True)  # re-takes of committed tokens (token editing only)
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,8 @@ class ModelAdapter(ABC):
                     nfe=result.nfe,
                     hit_max_tokens=result.hit_max_tokens,
                     forwards=result.forwards,
+                    commit_step=result.commit_step,
+                    edits=result.edits,
                 )
             )
         return out

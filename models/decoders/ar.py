@@ -79,7 +79,8 @@ class _Row:
 
     def result(self, eos_ids: Sequence[int]) -> DecodeResult:
         kept, found = cut_after_eos(self.generated, eos_ids)
-        return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=len(self.generated))
+        return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=len(self.generated),
+                            commit_step=tuple(range(1, len(kept) + 1)))  # a token per forward, in order
 
 
 def prefill(network: Any, prompts: list[list[int]], capacity: int, pad_id: int,

@@ -63,12 +63,19 @@ class DecodeResult:
     """One row: committed ids after the prompt, up to and including the first end-of-sequence id, in position
     order; its share of the network calls (a batched call split evenly across its rows: what the row cost); whether
     no end-of-sequence came; and the forwards the row took part in (what tokens per forward counts, the same at any
-    batch size for a decoder whose rows finish on their own; None where a decoder cannot tell)."""
+    batch size for a decoder whose rows finish on their own; None where a decoder cannot tell).
+
+    ``commit_step`` says in what order the row decoded: per token of ``token_ids``, the forward (1-based, in the
+    row's own count: the forwards it takes decoded alone) after which it held its final value, so the last re-take
+    where a decoder edits committed tokens; ``edits`` counts those re-takes of ``token_ids`` (None: no editing).
+    None where the decoder cannot tell (transformers' generate)."""
 
     token_ids: list[int]
     nfe: float
     hit_max_tokens: bool
     forwards: int | None = field(default=None, kw_only=True)
+    commit_step: tuple[int, ...] | None = field(default=None, kw_only=True)
+    edits: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -122,13 +129,32 @@ def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int]
     return list(ids), False
 
 
-def output_from_tokens(tokens: torch.Tensor, nfe: int, eos_ids: Sequence[int]) -> DecodeOutput:
-    """Rows cut after the first end-of-sequence id, the batch's forwards split evenly across them; every row took
-    part in every forward (a static batch runs until its last row is done)."""
-    rows = tokens.tolist()
+def write_tokens(x: torch.Tensor, steps: torch.Tensor, columns: slice, new: torch.Tensor,
+                 forward: int | torch.Tensor) -> None:
+    """``x[:, columns] = new``, each position it changes stamped with ``forward`` in ``steps`` (x's shape; a [B, 1]
+    tensor gives each row its own count). On the device, so recording costs no read: after the last write every
+    position holds the forward that last changed it, its commit step (or its last re-take)."""
+    steps[:, columns] = torch.where(new != x[:, columns], forward, steps[:, columns])
+    x[:, columns] = new
+
+
+def read_rows(tokens: torch.Tensor, steps: torch.Tensor) -> tuple[list[list[int]], list[list[int]]]:
+    """Tokens and their commit steps ([B, N] each) read back in one transfer."""
+    both = torch.stack([tokens, steps.to(tokens.dtype)]).tolist()
+    return both[0], both[1]
+
+
+def committed(ids: Sequence[int], steps: Sequence[int], eos_ids: Sequence[int]) -> dict[str, Any]:
+    """A row's ``DecodeResult`` fields for its ids cut after the first end-of-sequence id, with their steps."""
+    kept, found = cut_after_eos(ids, eos_ids)
+    return dict(token_ids=kept, hit_max_tokens=not found, commit_step=tuple(steps[:len(kept)]))
+
+
+def output_from_tokens(tokens: torch.Tensor, nfe: int, eos_ids: Sequence[int], steps: torch.Tensor) -> DecodeOutput:
+    """Rows cut after the first end-of-sequence id with their commit ``steps``, the batch's forwards split evenly
+    across them; every row took part in every forward (a static batch runs until its last row is done)."""
+    rows, row_steps = read_rows(tokens, steps)
     per_row = nfe / max(len(rows), 1)
-    results = []
-    for row in rows:
-        ids, found = cut_after_eos(row, eos_ids)
-        results.append(DecodeResult(token_ids=ids, nfe=per_row, hit_max_tokens=not found, forwards=nfe))
-    return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)
+    results = tuple(DecodeResult(nfe=per_row, forwards=nfe, **committed(row, at, eos_ids))
+                    for row, at in zip(rows, row_steps))
+    return DecodeOutput(rows=results, nfe=nfe, tokens=tokens)

@@ -17,11 +17,12 @@ import torch
 import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
-                                      require_filled, token_id_field)
+                                      require_filled, token_id_field, write_tokens)
 from models.decoders.sampling import (
     Draws,
     as_logits,
     check_inputs,
+    commit_row,
     dream_timesteps,
     dream_masks_and_count,
     dream_transfer_count_of,
@@ -234,6 +235,7 @@ def dream_generate(
     starts = row_starts(attention_mask, batch)
 
     x = F.pad(input_ids, (0, cfg.max_new_tokens), value=cfg.mask_id)
+    steps = torch.zeros_like(x)  # each position's commit step
     mask, positions = padding_inputs(attention_mask, cfg.max_new_tokens)
     timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
     sources = shifted_sources(batch, x.shape[1], device)
@@ -246,22 +248,24 @@ def dream_generate(
         logits = masked_logits(as_logits(network(x, attention_mask=mask, position_ids=positions)), order, sources)
         step = _step(cfg, t, s, last, count)
         if draws.rows is None:
-            x = step(x, order, logits, generator=draws.shared)
+            new = step(x, order, logits, generator=draws.shared)
         else:
-            x = _row_by_row(step, x, mask_index, logits, draws.rows, starts)
-    return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids)
+            new = _row_by_row(step, x, mask_index, logits, draws.rows, starts)
+        write_tokens(x, steps, slice(None), new, i + 1)
+    return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids, steps[:, prompt_len:])
 
 
 @dataclass
 class _Row:
-    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone, the steps it has taken, and its
-    generator."""
+    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone and each position's commit step, the
+    steps it has taken, and its generator."""
 
     index: int
     x: torch.Tensor  # [1, prompt + max_new_tokens]
+    steps: torch.Tensor  # [1, prompt + max_new_tokens]
     prompt_len: int
     generator: torch.Generator | None
-    steps: int = 0
+    taken: int = 0
     share: float = 0.0
     forwards: int = 0
 
@@ -271,7 +275,7 @@ def _masks_and_counts(rows: list[_Row], cfg: DreamConfig, timesteps: torch.Tenso
     values = []
     for row in rows:
         total = (row.x == cfg.mask_id).sum()
-        t, s, last = timesteps[row.steps], timesteps[row.steps + 1], row.steps == cfg.steps - 1
+        t, s, last = timesteps[row.taken], timesteps[row.taken + 1], row.taken == cfg.steps - 1
         values.append(torch.stack([total, dream_transfer_count_of(total, 1, t, s, last)]))
     return [tuple(pair) for pair in torch.stack(values).tolist()]
 
@@ -288,11 +292,11 @@ def _advance(network: Network, rows: list[_Row], cfg: DreamConfig, timesteps: to
         width = row.x.shape[1]
         order = mask_order(row.x == cfg.mask_id, masks)
         row_logits = masked_logits(logits[b:b + 1, :width], order, shifted_sources(1, width, x.device))
-        t, s = timesteps[row.steps], timesteps[row.steps + 1]
-        step = _step(cfg, t, s, row.steps == cfg.steps - 1, count)
-        row.x = step(row.x, order, row_logits, generator=row.generator)
-        row.steps += 1
-    return [row.steps == cfg.steps for row in rows]
+        t, s = timesteps[row.taken], timesteps[row.taken + 1]
+        step = _step(cfg, t, s, row.taken == cfg.steps - 1, count)
+        commit_row(row, slice(None), step(row.x, order, row_logits, generator=row.generator))
+        row.taken += 1
+    return [row.taken == cfg.steps for row in rows]
 
 
 @torch.no_grad()
@@ -313,10 +317,9 @@ def dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: DreamCo
 
     def admit(i: int) -> _Row:
         x = F.pad(prompts[i], (0, cfg.max_new_tokens), value=cfg.mask_id)[None]
-        return _Row(i, x, len(prompts[i]), draws.of(i))
+        return _Row(i, x, torch.zeros_like(x), len(prompts[i]), draws.of(i))
 
-    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps),
-                   lambda row: row.x[0, row.prompt_len:].tolist(), cfg.eos_ids)
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps), cfg.eos_ids)
 
 
 DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config,

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
-                                      require_filled, token_id_field)
-from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, fly, llada_step_counts,
-                                      right_padded, row_starts, took_part)
+                                      require_filled, token_id_field, write_tokens)
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, commit_row, fly,
+                                      llada_step_counts, right_padded, row_starts, took_part)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -200,6 +200,7 @@ def llada_generate(
 
     x = torch.full((batch, prompt_len + cfg.gen_length), cfg.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
+    steps = torch.zeros_like(x)  # each position's commit step
     prompt_index = torch.zeros_like(x, dtype=torch.bool)
     prompt_index[:, :prompt_len] = input_ids != cfg.mask_id
     if attention_mask is not None:
@@ -222,22 +223,23 @@ def llada_generate(
                 x0, confidence = _proposals_and_confidence(logits, cfg, draws.shared, columns)
             else:
                 x0, confidence = _row_proposals_and_confidence(logits, x, cfg, draws.rows, starts, columns)
-            x[:, columns] = _commit(x, x0, confidence, open_masks, columns, counts[step])
-    return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id])
+            write_tokens(x, steps, columns, _commit(x, x0, confidence, open_masks, columns, counts[step]), nfe)
+    return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id], steps[:, prompt_len:])
 
 
 @dataclass
 class _Row:
-    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone, the steps it has taken, the columns
-    its current block can commit, and its generator."""
+    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone and each position's commit step, the
+    steps it has taken, the columns its current block can commit, and its generator."""
 
     index: int
     x: torch.Tensor  # [1, prompt + gen_length]
+    steps: torch.Tensor  # [1, prompt + gen_length]
     prompt_index: torch.Tensor  # [1, prompt + gen_length] bool: the prompt's tokens (what CFG masks)
     prompt_len: int
     generator: torch.Generator | None
     columns: slice | None = None  # set when a block starts
-    steps: int = 0
+    taken: int = 0
     share: float = 0.0
     forwards: int = 0
 
@@ -245,7 +247,8 @@ class _Row:
 def _new_row(index: int, prompt: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator | None) -> _Row:
     canvas = torch.full((cfg.gen_length,), cfg.mask_id, dtype=prompt.dtype, device=prompt.device)
     prompt_index = torch.cat([prompt != cfg.mask_id, torch.zeros_like(canvas, dtype=torch.bool)])
-    return _Row(index, torch.cat([prompt, canvas])[None], prompt_index[None], len(prompt), generator)
+    x = torch.cat([prompt, canvas])[None]
+    return _Row(index, x, torch.zeros_like(x), prompt_index[None], len(prompt), generator)
 
 
 def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]:
@@ -254,8 +257,8 @@ def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]
     steps_per_block = cfg.steps // (cfg.gen_length // cfg.block_length)
     counts = llada_step_counts(cfg.block_length, steps_per_block)
     for row in rows:
-        if row.steps % steps_per_block == 0:  # a block starts
-            start = row.prompt_len + row.steps // steps_per_block * cfg.block_length
+        if row.taken % steps_per_block == 0:  # a block starts
+            start = row.prompt_len + row.taken // steps_per_block * cfg.block_length
             row.columns = slice(_first_open_column(row.x[:, :start] == cfg.mask_id, start), start + cfg.block_length)
     x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
     prompt_index, _ = right_padded([row.prompt_index for row in rows], False)
@@ -264,10 +267,10 @@ def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]
     for b, row in enumerate(rows):
         open_masks = row.x[:, row.columns] == cfg.mask_id
         x0, confidence = _proposals_and_confidence(logits[b:b + 1, :row.x.shape[1]], cfg, row.generator, row.columns)
-        row.x[:, row.columns] = _commit(row.x, x0, confidence, open_masks, row.columns,
-                                        counts[row.steps % steps_per_block])
-        row.steps += 1
-    return [row.steps == cfg.steps for row in rows]
+        commit_row(row, row.columns, _commit(row.x, x0, confidence, open_masks, row.columns,
+                                             counts[row.taken % steps_per_block]))
+        row.taken += 1
+    return [row.taken == cfg.steps for row in rows]
 
 
 @torch.no_grad()
@@ -284,8 +287,7 @@ def llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: LLaDACo
     samples = cfg.temperature > 0 or cfg.remasking == "random"
     draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
     yield from fly(len(prompts), max_rows, lambda i: _new_row(i, prompts[i], cfg, draws.of(i)),
-                   lambda rows: _advance(network, rows, cfg), lambda row: row.x[0, row.prompt_len:].tolist(),
-                   [cfg.eos_id, cfg.eot_id])
+                   lambda rows: _advance(network, rows, cfg), [cfg.eos_id, cfg.eot_id])
 
 
 LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config,

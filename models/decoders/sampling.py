@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import DecodeResult, Step, cut_after_eos
+from models.decoders.contract import DecodeResult, Step, committed, read_rows, write_tokens
 
 
 # ---- network output ---------------------------------------------------------------------------------------------
@@ -235,11 +235,15 @@ def spread(values: torch.Tensor, order: torch.LongTensor, shape: torch.Size, fil
 # ---- rows in flight ---------------------------------------------------------------------------------------------
 class InFlight(Protocol):
     """What the driver reads of a decoder's row: its prompt's index, its share of the calls it took part in (a
-    call on n rows costs each 1/n) and how many it took part in (its count alone)."""
+    call on n rows costs each 1/n) and how many it took part in (its count alone); its sequence [1, prompt + canvas]
+    and each position's commit step (``write_tokens``; the same shape)."""
 
     index: int
     share: float
     forwards: int
+    x: torch.Tensor
+    prompt_len: int
+    steps: torch.Tensor
 
 
 Row = TypeVar("Row", bound=InFlight)
@@ -265,11 +269,17 @@ def right_padded(rows: Sequence[torch.Tensor], fill: int | bool) -> tuple[torch.
     return ids, real.long()
 
 
+def commit_row(row: InFlight, columns: slice, new: torch.Tensor) -> None:
+    """The row's ``x[:, columns] = new``, what changes stamped with the row's forward count (``write_tokens``)."""
+    write_tokens(row.x, row.steps, columns, new, row.forwards)
+
+
 def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],
-        generated: Callable[[Row], list[int]], eos_ids: Sequence[int]) -> Iterator[Step]:
+        eos_ids: Sequence[int]) -> Iterator[Step]:
     """Rows in flight over ``count`` prompts: at most ``max_rows`` rows, a waiting prompt taking the row of the first
     to finish before the next step. ``admit(i)`` makes prompt i's row; ``advance(rows)`` runs one step of every row
-    (its forwards counted with ``took_part``) and says which finished; ``generated(row)`` is a finished row's ids."""
+    (its forwards counted with ``took_part``, its writes with ``commit_row``) and says which finished; a finished
+    row's result is its canvas past the prompt."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
     waiting, rows = list(range(count))[::-1], []
@@ -280,7 +290,8 @@ def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callabl
         done = advance(rows)
         finished = []
         for row in (r for r, d in zip(rows, done) if d):
-            ids, found = cut_after_eos(generated(row), eos_ids)
-            finished.append((row.index, DecodeResult(ids, row.share, not found, forwards=row.forwards)))
+            (ids,), (steps,) = read_rows(row.x[:, row.prompt_len:], row.steps[:, row.prompt_len:])
+            finished.append((row.index, DecodeResult(nfe=row.share, forwards=row.forwards,
+                                                     **committed(ids, steps, eos_ids))))
         rows = [r for r, d in zip(rows, done) if not d]
         yield Step(tuple(admitted), tuple(finished), ran)

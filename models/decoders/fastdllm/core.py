@@ -21,7 +21,7 @@ cache a ragged row of one buffer that it holds from its block's full forward to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, get_args
 
 import torch
@@ -101,6 +101,13 @@ def window_forward(
     raise ValueError(f"unknown cache mode {mode!r}; valid: {', '.join(CACHE_MODES)}")
 
 
+def open_block_rows(block: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """[B, 1]: the rows whose ``block`` still holds a mask, the ones its next step counts. A static batch steps a
+    block until no row has a mask left, and a row alone leaves it at its own last, so a row's commit steps count only
+    the forwards it takes open: those it takes alone."""
+    return (block == mask_id).any(dim=1, keepdim=True)
+
+
 # ---- selection ----------------------------------------------------------------------------------------------------
 
 
@@ -161,8 +168,8 @@ def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> tor
 class FastRow:
     """One prompt in flight: its sequence as it decodes alone, its block [start, end) and its step in it (0: the
     block's full forward, which refills the row's cache; later: window forwards against it), the sampler's plan for
-    its next step (LLaDA: the block's top-k schedule; Dream: the masks and count read back before the step), and its
-    generator."""
+    its next step (LLaDA: the block's top-k schedule; Dream: the masks and count read back before the step), its
+    generator, and each position's commit step."""
 
     index: int
     x: torch.Tensor  # [1, prompt + canvas]
@@ -175,6 +182,10 @@ class FastRow:
     plan: Any = None
     share: float = 0.0
     forwards: int = 0
+    steps: torch.Tensor = field(init=False)  # [1, prompt + canvas]
+
+    def __post_init__(self) -> None:
+        self.steps = torch.zeros_like(self.x)
 
 
 def key_mask(widths: list[int], key_len: int, device: torch.device) -> torch.Tensor | None:

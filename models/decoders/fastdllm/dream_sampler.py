@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled,
+                                      write_tokens)
 from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tokens, dream_stream, padding_inputs,
                                   validate_dream_config)
 from models.decoders.fastdllm.core import (
@@ -56,7 +57,7 @@ from models.decoders.fastdllm.core import (
     shifted_rows,
     window_forward,
 )
-from models.decoders.sampling import (Draws, check_inputs, dream_masks_and_count, dream_timesteps,
+from models.decoders.sampling import (Draws, check_inputs, commit_row, dream_masks_and_count, dream_timesteps,
                                       dream_transfer_count_of, fly, mask_order, spread)
 
 
@@ -120,7 +121,8 @@ def validate_fast_dream_config(cfg: FastDreamConfig) -> None:
 
 
 def _threshold_no_cache(
-    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
+    network: Network, x: torch.Tensor, steps: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig,
+    draws: Draws,
 ) -> tuple[torch.Tensor, int]:
     """Fast-dLLM's ``confidence_threshold`` over the whole canvas, with the carry written in closed form.
 
@@ -129,17 +131,19 @@ def _threshold_no_cache(
     R = (steps - i) n + c, the candidate count is R - max(steps - i - 1, 0) n, which this computes per row.
     """
     nominal = cfg.dream.max_new_tokens // cfg.dream.steps
-    nfe = 0
+    nfe, own = 0, torch.zeros((x.shape[0], 1), dtype=torch.long, device=x.device)  # own: as alone (open_block_rows)
     for step in range(cfg.dream.max_new_tokens + cfg.dream.steps):  # each step commits >= 1; the bound only stops a network
         candidates = x[:, prompt_len:] == cfg.dream.mask_id  # that keeps proposing the mask id itself
         masks = int(candidates.sum())  # the step's one host read
         if masks == 0:
             break
+        own += candidates.any(dim=1, keepdim=True)
         logits = full_forward(network, x, padding, None)
         nfe += 1
         reserved = max(cfg.dream.steps - step - 1, 0) * nominal
         batched = (x[:, prompt_len:], shifted_rows(logits, prompt_len, x.shape[1]), candidates)
-        x[:, prompt_len:] = _commit(draws, _carry_commit, batched, reserved, cfg, masks=masks)
+        write_tokens(x, steps, slice(prompt_len, None), _commit(draws, _carry_commit, batched, reserved, cfg,
+                                                                masks=masks), own)
     return x, nfe
 
 
@@ -224,7 +228,8 @@ def _forced_first(scores: torch.Tensor, cfg: FastDreamConfig, generator: torch.G
 
 
 def _cached_blocks(
-    network: Network, x: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig, draws: Draws,
+    network: Network, x: torch.Tensor, steps: torch.Tensor, prompt_len: int, padding: Padding, cfg: FastDreamConfig,
+    draws: Draws,
 ) -> tuple[torch.Tensor, int]:
     """``generation_utils_block._sample``: per block a full forward (cache refresh + forced first token), then
     window forwards until the block has no masks."""
@@ -232,13 +237,14 @@ def _cached_blocks(
     steps_per_block = cfg.dream.steps // num_blocks
     timesteps = dream_timesteps(steps_per_block, cfg.dream.eps, x.device)
     cache = network.new_cache(x.shape[0], x.shape[1])
-    nfe = 0
+    nfe, own = 0, torch.zeros((x.shape[0], 1), dtype=torch.long, device=x.device)  # own: as alone (open_block_rows)
     for block_index in range(num_blocks):
         start = prompt_len + block_index * cfg.block_length
         end = start + cfg.block_length
         logits = full_forward(network, x, padding, cache)
-        nfe += 1
-        x[:, start:start + 1] = draws.by_row(_forced_first, (shifted_rows(logits, start, start + 1),), cfg)
+        nfe, own = nfe + 1, own + 1
+        write_tokens(x, steps, slice(start, start + 1),
+                     draws.by_row(_forced_first, (shifted_rows(logits, start, start + 1),), cfg), own)
         if cfg.cache == "prefix":
             cache.truncate_all(start)
         for step in range(1, cfg.block_length + steps_per_block):  # bound: see _threshold_no_cache
@@ -249,14 +255,16 @@ def _cached_blocks(
                 masks = int(candidates.sum())
             if masks == 0:
                 break
+            own += candidates.any(dim=1, keepdim=True)
             logits, offset = window_forward(network, x, start, end, cfg.cache, padding, cache)
             nfe += 1
             batched = (x[:, start:end], shifted_rows(logits, start, end, offset), candidates)
             if cfg.threshold is None:
-                x[:, start:end] = _commit(draws, _entropy_commit, batched, step, steps_per_block, timesteps, cfg,
-                                          masks=masks, count=count)
+                new = _commit(draws, _entropy_commit, batched, step, steps_per_block, timesteps, cfg, masks=masks,
+                              count=count)
             else:
-                x[:, start:end] = _commit(draws, _threshold_commit, batched, cfg, masks=masks)
+                new = _commit(draws, _threshold_commit, batched, cfg, masks=masks)
+            write_tokens(x, steps, slice(start, end), new, own)
     return x, nfe
 
 
@@ -283,11 +291,12 @@ def fastdllm_dream_generate(
     x = F.pad(input_ids, (0, cfg.dream.max_new_tokens), value=cfg.dream.mask_id)
     mask, positions = padding_inputs(attention_mask, cfg.dream.max_new_tokens)
     padding = Padding(mask=mask, positions=positions)
+    steps = torch.zeros_like(x)  # each position's commit step
     if cfg.cache == "none":
-        x, nfe = _threshold_no_cache(network, x, prompt_len, padding, cfg, draws)
+        x, nfe = _threshold_no_cache(network, x, steps, prompt_len, padding, cfg, draws)
     else:
-        x, nfe = _cached_blocks(network, x, prompt_len, padding, cfg, draws)
-    return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids)
+        x, nfe = _cached_blocks(network, x, steps, prompt_len, padding, cfg, draws)
+    return output_from_tokens(x[:, prompt_len:], nfe, cfg.dream.eos_ids, steps[:, prompt_len:])
 
 
 @dataclass(frozen=True)
@@ -336,7 +345,7 @@ class _Schedule:
         cfg, (masks, count) = self.cfg, row.plan
         if cfg.cache != "none" and row.step == 0:
             first = shifted_rows(logits, row.start, row.start + 1, offset)
-            row.x[:, row.start:row.start + 1] = _forced_first(first, cfg, row.generator)
+            commit_row(row, slice(row.start, row.start + 1), _forced_first(first, cfg, row.generator))
         else:
             block = row.x[:, row.start:row.end]
             scores, candidates = shifted_rows(logits, row.start, row.end, offset), block == cfg.dream.mask_id
@@ -348,7 +357,7 @@ class _Schedule:
                                         cfg, row.generator, masks=masks, count=count)
             else:
                 block = _threshold_commit(block, scores, candidates, cfg, row.generator, masks=masks)
-            row.x[:, row.start:row.end] = block
+            commit_row(row, slice(row.start, row.end), block)
         row.step += 1
 
 
@@ -397,7 +406,7 @@ def fastdllm_dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
         return row
 
     yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, schedule, caches),
-                   lambda row: row.x[0, row.prompt_len:].tolist(), cfg.dream.eos_ids)
+                   cfg.dream.eos_ids)
 
 
 FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,

@@ -30,7 +30,8 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled
+from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, output_from_tokens, require_filled,
+                                      write_tokens)
 from models.decoders.fastdllm.core import (
     CACHE_MODES,
     Cache,
@@ -41,11 +42,12 @@ from models.decoders.fastdllm.core import (
     extend_mask,
     forward_rows,
     full_forward,
+    open_block_rows,
     select_transfer,
     window_forward,
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, fly, llada_transfer_counts
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, commit_row, fly, llada_transfer_counts
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,8 @@ def fastdllm_llada_generate(
 
     x = torch.full((batch, prompt_len + plain.gen_length), plain.mask_id, dtype=torch.long, device=device)
     x[:, :prompt_len] = input_ids
+    steps = torch.zeros_like(x)  # each position's commit step
+    own = torch.zeros((batch, 1), dtype=torch.long, device=device)  # each row's forwards, as alone (open_rows)
     padding = Padding(mask=extend_mask(attention_mask, plain.gen_length))
     num_blocks = plain.gen_length // plain.block_length
     steps_per_block = plain.steps // num_blocks
@@ -136,8 +140,10 @@ def fastdllm_llada_generate(
         end = start + plain.block_length
         schedule = llada_transfer_counts((x[:, start:end] == plain.mask_id).sum(dim=1), steps_per_block)
         for step in range(plain.block_length + steps_per_block):  # each step commits >= 1; the bound only stops
-            if not bool((x[:, start:end] == plain.mask_id).any()):  # a network that keeps proposing the mask id
+            open_rows = open_block_rows(x[:, start:end], plain.mask_id)
+            if not bool(open_rows.any()):  # a network that keeps proposing the mask id
                 break
+            own += open_rows
             if step == 0:
                 logits, offset = full_forward(network, x, padding, cache), 0
                 if cfg.cache == "prefix":
@@ -147,8 +153,9 @@ def fastdllm_llada_generate(
             nfe += 1
             counts = schedule[:, step] if step < steps_per_block else torch.zeros_like(schedule[:, 0])
             block_logits, counts = logits[:, start - offset : end - offset], counts.clamp_min(1)
-            x[:, start:end] = draws.by_row(llada_step, (block_logits, x[:, start:end], counts), cfg)
-    return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id])
+            write_tokens(x, steps, slice(start, end),
+                         draws.by_row(llada_step, (block_logits, x[:, start:end], counts), cfg), own)
+    return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id], steps[:, prompt_len:])
 
 
 def _start_block(row: FastRow, block: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
@@ -165,8 +172,8 @@ def _commit_row(row: FastRow, logits: torch.Tensor, offset: int, cfg: FastLLaDAC
     schedule = row.plan
     counts = schedule[:, row.step] if row.step < steps_per_block else torch.zeros_like(schedule[:, 0])
     block = row.x[:, row.start:row.end]
-    row.x[:, row.start:row.end] = llada_step(logits[:, row.start - offset:row.end - offset], block,
-                                             counts.clamp_min(1), cfg, row.generator)
+    commit_row(row, slice(row.start, row.end), llada_step(logits[:, row.start - offset:row.end - offset], block,
+                                                          counts.clamp_min(1), cfg, row.generator))
     row.step += 1
 
 
@@ -215,7 +222,7 @@ def fastdllm_llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
         return row
 
     yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, caches),
-                   lambda row: row.x[0, row.prompt_len:].tolist(), [plain.eos_id, plain.eot_id])
+                   [plain.eos_id, plain.eot_id])
 
 
 FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,

@@ -75,6 +75,7 @@ def assert_rows_decode_alone(decoder: Any, network: EndProne, config: Any,
         assert results[i].token_ids == alone.token_ids, i
         assert results[i].hit_max_tokens == alone.hit_max_tokens
         assert results[i].forwards == alone.forwards
+        assert results[i].commit_step == alone.commit_step and len(alone.commit_step) == len(alone.token_ids)
     assert sum(r.nfe for r in results.values()) == pytest.approx(calls)  # each call split across its rows
     return [results[i] for i in range(len(PROMPTS))]
 
@@ -204,7 +205,8 @@ def test_one_row_or_more_rows_than_prompts():
                  len(PROMPTS) + 3)
     assert all(r.nfe == r.forwards for r in alone.values())
     for i, result in many.items():
-        assert (result.token_ids, result.forwards) == (alone[i].token_ids, alone[i].forwards)
+        assert (result.token_ids, result.forwards, result.commit_step) == \
+            (alone[i].token_ids, alone[i].forwards, alone[i].commit_step)
     with pytest.raises(ValueError, match="max_rows"):
         next(LLADA.stream(stub("rope"), prompts, LLADA_BASE, 0, None))
 

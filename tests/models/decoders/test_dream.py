@@ -258,7 +258,9 @@ def test_decode_results_cut_after_eos_and_split_nfe():
     f = [0, 5, 6, EOS, 7, EOS, 8]
     net = ScriptedNet(per_position_logits(one_hot_table(f, V)))
     out = dream_generate(net, torch.tensor([[1], [2]]), None, cfg(max_new_tokens=6, steps=3))
-    assert list(out.rows) == [DecodeResult([0, 5, 6, EOS], 1.5, False, forwards=3)] * 2
+    orderless = [dataclasses.replace(r, commit_step=None) for r in out.rows]  # the one-hot table ties: test_commit_step
+    assert orderless == [DecodeResult([0, 5, 6, EOS], 1.5, False, forwards=3)] * 2
     no_eos = dream_generate(ScriptedNet(per_position_logits(one_hot_table([0, 5, 6, 7], V))), torch.tensor([[1]]),
                             None, cfg(max_new_tokens=3, steps=2))
-    assert list(no_eos.rows) == [DecodeResult([0, 5, 6], 2.0, True, forwards=2)]
+    assert [dataclasses.replace(r, commit_step=None) for r in no_eos.rows] == [DecodeResult([0, 5, 6], 2.0, True,
+                                                                                         forwards=2)]

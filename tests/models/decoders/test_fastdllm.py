@@ -459,7 +459,7 @@ def test_rows_cut_after_eos_or_eot_and_split_nfe():
     cfg = replace_leaves(LLADA, gen_length=8, steps=8, block_length=8, threshold=None)
     out = fastdllm_llada_generate(ScriptedNet(per_position_logits(table)), torch.tensor([[3, 4], [3, 4]]), None, cfg)
     assert out.tokens[0].tolist() == [5, 6, 7, EOT, 8, EOS, 9, 10] and out.nfe == 8
-    assert list(out.rows) == [DecodeResult([5, 6, 7, EOT], 4.0, False, forwards=8)] * 2  # both rows ran all 8
+    assert list(out.rows) == [DecodeResult([5, 6, 7, EOT], 4.0, False, forwards=8, commit_step=(1, 2, 3, 4))] * 2
 
 
 def test_threshold_selection_takes_each_rows_first_maximum_and_every_candidate_at_or_above():

@@ -141,12 +141,13 @@ def test_as_logits_accepts_tensor_or_object():
 
 def test_output_rows_cut_after_first_eos_and_split_nfe():
     tokens = torch.tensor([[5, 7, 2, 9, 2], [5, 6, 7, 8, 9], [3, 2, 9, 2, 2]])
-    output = output_from_tokens(tokens, 12, eos_ids=[2, 3])
+    steps = torch.tensor([[3, 1, 2, 5, 4], [1, 2, 3, 4, 5], [2, 1, 1, 1, 1]])
+    output = output_from_tokens(tokens, 12, eos_ids=[2, 3], steps=steps)
     assert output.nfe == 12 and output.tokens is tokens
     assert list(output.rows) == [
-        DecodeResult([5, 7, 2], 4.0, False, forwards=12),  # each row took part in all 12 forwards
-        DecodeResult([5, 6, 7, 8, 9], 4.0, True, forwards=12),
-        DecodeResult([3], 4.0, False, forwards=12),
+        DecodeResult([5, 7, 2], 4.0, False, forwards=12, commit_step=(3, 1, 2)),  # all 12 forwards each
+        DecodeResult([5, 6, 7, 8, 9], 4.0, True, forwards=12, commit_step=(1, 2, 3, 4, 5)),
+        DecodeResult([3], 4.0, False, forwards=12, commit_step=(2,)),
     ]
 
 
