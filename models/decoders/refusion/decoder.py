@@ -124,19 +124,22 @@ class RefusionTrace:
     tokens_per_forward: float  # the reference's "TPF" (generate.py L227/L327), kept for comparison
     committed_tokens: int  # tokens committed after the prompt, before the end-of-sequence cut
     forwards: int  # the forwards this row took part in
+    commit_step: tuple[int, ...]  # per token of token_ids, the forward (of this row's) whose commit wrote it
 
     def to_decode_result(self) -> DecodeResult:
         return DecodeResult(token_ids=list(self.token_ids), nfe=float(self.nfe), hit_max_tokens=self.hit_max_tokens,
-                            forwards=self.forwards)
+                            forwards=self.forwards, commit_step=self.commit_step)
 
 
 @dataclass
 class _State:
-    """One row's committed buffer; its cache row always holds exactly ``tokens``, in the same order, between rounds."""
+    """One row's committed buffer; its cache row always holds exactly ``tokens``, in the same order, between rounds;
+    and the forward count at which each token past the prompt was committed."""
 
     tokens: list[int]
     positions: list[int]
     cache: RowCache
+    steps: list[int] = dataclasses.field(default_factory=list)
     row: int = 0
     forwards: int = 0
     iterations: int = 0
@@ -146,6 +149,7 @@ class _State:
     def commit(self, tokens: list[int], positions: list[int], path: str, slot_size: int) -> None:
         self.tokens.extend(tokens)
         self.positions.extend(positions)
+        self.steps.extend([self.forwards] * len(tokens))
         if self.cache.length() != len(self.tokens):
             raise RuntimeError(f"refusion: cache holds {self.cache.length()} entries, buffer {len(self.tokens)}")
         if self.on_commit is not None:
@@ -411,10 +415,10 @@ def _complete_slots(state: _State, blocks: list[list[int]], block_pos: list[list
 
 def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrace:
     """Sort the committed tokens by position and cut after the first end-of-sequence."""
-    gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:]))
-    ids, found = cut_after_eos([t for _, t in gen], [cfg.eos_id])
+    gen = sorted(zip(state.positions[prompt_len:], state.tokens[prompt_len:], state.steps))
+    ids, found = cut_after_eos([t for _, t, _ in gen], [cfg.eos_id])
     expected = list(range(prompt_len, prompt_len + len(ids)))
-    if [p for p, _ in gen[: len(ids)]] != expected:
+    if [p for p, _, _ in gen[: len(ids)]] != expected:
         raise RuntimeError("refusion: committed positions before the first end-of-sequence are not contiguous")
     return RefusionTrace(
         token_ids=ids,
@@ -424,6 +428,7 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrac
         tokens_per_forward=state.tpf_sum / max(state.iterations, 1),
         committed_tokens=len(gen),
         forwards=state.forwards,
+        commit_step=tuple(step for _, _, step in gen[: len(ids)]),
     )
 
 

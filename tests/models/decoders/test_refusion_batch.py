@@ -89,6 +89,7 @@ def test_scripted_batch_rows_equal_batch_one(overrides):
     together = refusion_decode_rows(net, batch, c)
     assert [o.token_ids for o in together] == [o.token_ids for o in singles]
     assert [o.iterations for o in together] == [o.iterations for o in singles]
+    assert [o.commit_step for o in together] == [o.commit_step for o in singles]
     assert [o.hit_max_tokens for o in together] == [o.hit_max_tokens for o in singles]
     own = [o.nfe for o in singles]
     assert len(set(own)) > 1, "rows should finish at different rounds"
@@ -116,6 +117,7 @@ def test_rows_in_flight_take_the_next_prompt_as_one_finishes(max_rows):
     rows = refusion_decode_rows(net, batch, c, max_rows=max_rows)
     assert [o.token_ids for o in rows] == [o.token_ids for o in singles]
     assert [o.iterations for o in rows] == [o.iterations for o in singles]
+    assert [o.commit_step for o in rows] == [o.commit_step for o in singles]
     assert max(widths) <= max_rows and sum(widths) == sum(o.nfe for o in singles)
     assert sum(o.nfe for o in rows) == pytest.approx(len(widths))
     calls, widths[:] = len(widths), []
@@ -179,6 +181,7 @@ def test_contract_decodes_a_left_padded_batch_together():
     assert out.nfe == net.calls == max(s.nfe for s in singles)
     assert sum(r.nfe for r in out.rows) == pytest.approx(out.nfe)
     assert [t.iterations for t in out.trace] == [s.iterations for s in singles]
+    assert [r.commit_step for r in out.rows] == [s.commit_step for s in singles]
 
 
 def test_decoding_builds_no_autograd_graph():
