@@ -39,9 +39,9 @@ from typing import Any, Sequence
 import torch
 
 from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
-                                                   masks_after_static, peek_window, transfer_schedule,
+                                                   masks_after_static, peek_window, row_result, transfer_schedule,
                                                    validate_block_diffusion_config)
-from models.decoders.contract import DecodeOutput, DecodeResult, cut_after_eos, require_filled
+from models.decoders.contract import DecodeOutput, require_filled, write_tokens
 from models.decoders.sampling import Draws, check_inputs
 
 
@@ -50,7 +50,9 @@ from models.decoders.sampling import Draws, check_inputs
 class Rows:
     """The rows still decoding: their canvas [A, T] (prompt at column 0), prompt lengths, and on the host their last
     block index and each window's masks left (``masks_left[a][w]``, window w = columns [w * sub, (w + 1) * sub));
-    where their random numbers come from, and which input row each is."""
+    where their random numbers come from, and which input row each is. On the device too: each column's commit step
+    and re-takes (token editing), and each row's forwards as alone (``own`` [A, 1]: the ones it would take decoded
+    alone, which a commit step counts; idle peeks and the writes of its prompt's blocks after the first are not)."""
 
     canvas: torch.Tensor
     prompt_lengths: torch.Tensor
@@ -58,13 +60,17 @@ class Rows:
     masks_left: list[list[int]]
     draws: Draws
     origin: list[int]
+    steps: torch.Tensor
+    edits: torch.Tensor
+    own: torch.Tensor
 
     def keep(self, index: list[int], cache: Any) -> "Rows":
         """Only the rows at ``index``, in the cache too (the rest do no more work)."""
         cache.select_rows(index)
         draws = self.draws if self.draws.rows is None else Draws(None, tuple(self.draws.rows[i] for i in index))
         return Rows(self.canvas[index], self.prompt_lengths[index], [self.last_block[i] for i in index],
-                    [self.masks_left[i] for i in index], draws, [self.origin[i] for i in index])
+                    [self.masks_left[i] for i in index], draws, [self.origin[i] for i in index], self.steps[index],
+                    self.edits[index], self.own[index])
 
 
 def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, total: int,
@@ -112,7 +118,10 @@ class _BlockDecode:
         self.canvas = canvas[:, :self.total].contiguous()
         draws = Draws.for_batch(cfg.seed, row_seeds if cfg.temperature > 0 else None, n_rows, device)
         masks_left = _masks_per_window(self.canvas, cfg.mask_id, self.sub)
-        self.rows = Rows(self.canvas.clone(), self.lengths, last_block, masks_left, draws, list(range(n_rows)))
+        self.steps, self.edits = torch.zeros_like(self.canvas), torch.zeros_like(self.canvas)
+        self.rows = Rows(self.canvas.clone(), self.lengths, last_block, masks_left, draws, list(range(n_rows)),
+                         self.steps.clone(), self.edits.clone(), torch.zeros((n_rows, 1), dtype=torch.long,
+                                                                             device=device))
         self.network, self.cfg, self.device = network, cfg, device
         self.cache = network.new_cache(n_rows, self.total)
         self.eos = torch.tensor(cfg.eos_ids, device=device)
@@ -126,18 +135,20 @@ class _BlockDecode:
         cfg, size = self.cfg, self.cfg.block_length
         prefill = min(self.host_lengths) // size * size
         if prefill and not cfg.fused_commit:
-            self.first_token(self.forward(0, prefill, write=True), prefill)
+            self.first_token(self.forward(0, prefill, write=True, alone=True), prefill)
         for block in range(prefill // size, self.total // size):
             start, end = block * size, (block + 1) * size
             if self.decode_block(start, end) or self.finish_block(block, start, end):
                 break
-        return _output(self.canvas, self.lengths, cfg.gen_length, cfg.eos_ids, self.nfe, self.row_nfe,
+        return _output(self.canvas, self.steps, self.edits, self.lengths, cfg, self.nfe, self.row_nfe,
                        self.row_forwards)
 
-    def forward(self, start: int, end: int, write: bool) -> torch.Tensor:
+    def forward(self, start: int, end: int, write: bool, alone: torch.Tensor | bool) -> torch.Tensor:
         """Logits of columns [start, end), their K/V kept if ``write``; with ``fused_commit`` the call also feeds and
-        writes the columns before ``start`` not written yet."""
+        writes the columns before ``start`` not written yet. ``alone`` ([A, 1] or all): the rows that take this
+        forward decoded alone (``Rows.own``)."""
         self.nfe += 1
+        self.rows.own += alone
         for row in self.rows.origin:
             self.row_nfe[row] += 1 / len(self.rows.origin)
             self.row_forwards[row] += 1
@@ -155,7 +166,8 @@ class _BlockDecode:
         if self.cfg.first_token_from_commit and column < self.total:
             rows, window = self.rows, column // self.sub  # column starts a block, so a window
             fill = rows.prompt_lengths <= column
-            rows.canvas[:, column] = torch.where(fill, logits[:, -1].argmax(dim=-1), rows.canvas[:, column])
+            first = torch.where(fill, logits[:, -1].argmax(dim=-1), rows.canvas[:, column])
+            write_tokens(rows.canvas, rows.steps, slice(column, column + 1), first[:, None], rows.own)
             left = (rows.canvas[:, column:column + self.sub] == self.cfg.mask_id).sum(dim=1)
             for row_left, n in zip(rows.masks_left, left.tolist()):
                 row_left[window] = n
@@ -171,7 +183,8 @@ class _BlockDecode:
         commit_waits = not cfg.fused_commit and not cfg.commit_finished_block  # the commit depends on the answer
         stopped = holds_eos.tolist() if commit_waits else None
         if not cfg.fused_commit and (cfg.commit_finished_block or not all(stopped)):
-            self.first_token(self.forward(start, end, write=True), end)
+            alone = (rows.prompt_lengths[:, None] < end) | (start == 0)  # later blocks of a prompt: its prefill's
+            self.first_token(self.forward(start, end, write=True, alone=alone), end)
         done = [last <= block for last in rows.last_block]
         if not all(done):
             stopped = stopped if stopped is not None else holds_eos.tolist()
@@ -183,6 +196,7 @@ class _BlockDecode:
         if not any(done):
             return False
         self.canvas[self.rows.origin] = self.rows.canvas
+        self.steps[self.rows.origin], self.edits[self.rows.origin] = self.rows.steps, self.rows.edits
         if all(done):
             return True
         self.rows = self.rows.keep([row for row, gone in enumerate(done) if not gone], self.cache)
@@ -200,9 +214,11 @@ class _BlockDecode:
             while any(row_left[window] for row_left in self.rows.masks_left):
                 current = self.rows.canvas[:, low:low + self.sub]
                 drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
-                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False), current,
-                                                      low - start, step, self.schedule, self.rows.draws, drawing)
-                self.rows.canvas[:, low:low + self.sub] = updated
+                open_rows = (current == cfg.mask_id).any(dim=1, keepdim=True)  # the others idle: not alone
+                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False, alone=open_rows),
+                                                      current, low - start, step, self.schedule, self.rows.draws,
+                                                      drawing)
+                write_tokens(self.rows.canvas, self.rows.steps, slice(low, low + self.sub), updated, self.rows.own)
                 stopped = None
                 if cfg.eos_early_stop:
                     stopped = completes_to_eos(self.rows.canvas[:, :end], self.rows.prompt_lengths, self.eos,
@@ -236,27 +252,30 @@ class _BlockDecode:
         editable = columns >= rows.prompt_lengths[:, None]
         done = torch.zeros(len(rows.origin), dtype=torch.bool, device=self.device)
         post_steps = torch.zeros_like(done, dtype=torch.long)
+        generating = editable.any(dim=1)  # alone, a row runs no block of its prompt's alone
         for step in range(cfg.block_length + cfg.max_post_edit_steps):
             current = rows.canvas[:, start:end]
-            tokens, change = edit_changes(cfg, self.forward(start, end, write=False), current, editable, step,
-                                          self.schedule)
+            alone = (generating & ~done)[:, None]  # alone, a row's block ends at the step that makes it done
+            tokens, change = edit_changes(cfg, self.forward(start, end, write=False, alone=alone), current, editable,
+                                          step, self.schedule)
             filled = ~(current == cfg.mask_id).any(dim=1)
             post_steps += (filled & ~done).long()
             done |= filled & (post_steps > cfg.max_post_edit_steps)
             change &= ~done[:, None]
             done |= ~change.any(dim=1)
-            rows.canvas[:, start:end] = torch.where(change, tokens, current)
+            rows.edits[:, start:end] += change & (current != cfg.mask_id)
+            write_tokens(rows.canvas, rows.steps, slice(start, end), torch.where(change, tokens, current), rows.own)
             if bool(done.all()):
                 return
 
 
-def _output(canvas: torch.Tensor, lengths: torch.Tensor, gen: int, eos_ids: Sequence[int], nfe: int,
-            row_nfe: list[float], row_forwards: list[int]) -> DecodeOutput:
-    """Each row's ``gen`` tokens after its prompt, cut after the first end-of-sequence id."""
-    columns = lengths[:, None] + torch.arange(gen, device=canvas.device)[None]
+def _output(canvas: torch.Tensor, steps: torch.Tensor, edits: torch.Tensor, lengths: torch.Tensor,
+            cfg: BlockDiffusionConfig, nfe: int, row_nfe: list[float], row_forwards: list[int]) -> DecodeOutput:
+    """Each row's ``gen`` tokens after its prompt, cut after the first end-of-sequence id, with their commit steps
+    (all read in one transfer)."""
+    columns = lengths[:, None] + torch.arange(cfg.gen_length, device=canvas.device)[None]
     tokens = canvas.gather(1, columns)
-    results = []
-    for ids, spent, forwards in zip(tokens.tolist(), row_nfe, row_forwards):
-        kept, found = cut_after_eos(ids, eos_ids)
-        results.append(DecodeResult(token_ids=kept, nfe=spent, hit_max_tokens=not found, forwards=forwards))
-    return DecodeOutput(rows=tuple(results), nfe=nfe, tokens=tokens)
+    read = torch.stack([tokens, steps.gather(1, columns), edits.gather(1, columns)]).tolist()
+    results = tuple(row_result(*row, cfg, spent, forwards) for *row, spent, forwards in zip(*read, row_nfe,
+                                                                                            row_forwards))
+    return DecodeOutput(rows=results, nfe=nfe, tokens=tokens)

@@ -1,6 +1,7 @@
 """The rules of block diffusion, shared by the static batch (``lockstep``) and rows in flight (``stream``): the
 config and its checks, logits to proposals, which masks a step commits, and the one-step updates of a window built
-from them. Each works on [A, W] rows of one window, so one row or a batch call the same code."""
+from them, and a finished row's result. Each works on [A, W] rows of one window, so one row or a batch call the same
+code."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Callable, Literal, Sequence, get_args
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, canvas_field, token_id_field
+from models.decoders.contract import ConfigError, DecodeResult, canvas_field, committed, token_id_field
 from models.decoders.sampling import Draws, llada_step_counts, top_k_filter, top_p_filter
 
 Remasking = Literal["low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "sequential",
@@ -254,3 +255,12 @@ def completes_to_eos(canvas: torch.Tensor, prompt_lengths: torch.Tensor, eos: to
     first = torch.where(torch.isin(canvas, eos) & generated, columns, end).min(dim=1, keepdim=True)
     open_before = (canvas == mask_id) & generated & (columns < first.values)
     return committed_eos.any(dim=1) & ~open_before.any(dim=1)
+
+
+def row_result(ids: list[int], steps: list[int], edits: list[int], cfg: BlockDiffusionConfig, nfe: float,
+               forwards: int) -> DecodeResult:
+    """A finished row from its canvas past the prompt (per column: token, commit step, re-takes): cut after the
+    first end of sequence, with the kept tokens' commit steps and, where it edits, their re-takes."""
+    fields = committed(ids, steps, cfg.eos_ids)
+    edited = sum(edits[:len(fields["token_ids"])]) if cfg.edit_threshold is not None else None
+    return DecodeResult(nfe=nfe, forwards=forwards, edits=edited, **fields)

@@ -23,9 +23,9 @@ from typing import Any, Generator, Iterator, Sequence
 import torch
 
 from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
-                                                   masks_after_static, peek_window, transfer_schedule,
+                                                   masks_after_static, peek_window, row_result, transfer_schedule,
                                                    validate_block_diffusion_config)
-from models.decoders.contract import DecodeResult, Step, cut_after_eos, require_filled
+from models.decoders.contract import DecodeResult, Step, require_filled, write_tokens
 from models.decoders.sampling import Draws, make_generator, row_generators
 
 
@@ -38,7 +38,17 @@ class Call:
     keep: int
 
 
-RowProgram = Generator[Call, torch.Tensor, list[int]]  # sends the call's logits [W, vocab]; returns the row's tokens
+RowProgram = Generator[Call, torch.Tensor, "Canvas"]  # sends the call's logits [W, vocab]; returns the row's canvas
+
+
+@dataclass(frozen=True)
+class Canvas:
+    """A finished row past its prompt: per column its token, its commit step (the program's forward that last
+    changed it) and how often a token editing step re-took it."""
+
+    ids: list[int]
+    steps: list[int]
+    edits: list[int]
 
 
 def canvas_width(prompt_length: int, cfg: BlockDiffusionConfig) -> int:
@@ -50,27 +60,36 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
     """The decode of one prompt (1-D ids), as the calls it makes: prefill its whole blocks (unless ``fused_commit``),
     then per block peek and commit until no mask is left, sub-block by sub-block, and write the block; it stops after
     a block holding an end of sequence, or (``eos_early_stop``) as soon as everything up to one is filled. Returns
-    the generated ids, the canvas past the prompt."""
+    the canvas past the prompt, each column's commit step in the program's count of forwards (``write_tokens``)."""
     size, sub, n = cfg.block_length, cfg.sub_block_length or cfg.block_length, int(prompt.shape[0])
     device, schedule = prompt.device, transfer_schedule(cfg.block_length, cfg.denoising_steps)
     eos, lengths = torch.tensor(cfg.eos_ids, device=device), torch.tensor([n], device=device)
     width = canvas_width(n, cfg)
     canvas = torch.full((1, width), cfg.mask_id, dtype=torch.long, device=device)
     canvas[0, :n] = prompt
+    steps, edited = torch.zeros_like(canvas), torch.zeros_like(canvas)
     masks_left = (canvas == cfg.mask_id).view(width // sub, sub).sum(dim=-1).tolist()
+    forwards = 0
+
+    def ask(call: Call) -> Generator[Call, torch.Tensor, torch.Tensor]:
+        """One forward of ``call``, counted; its logits."""
+        nonlocal forwards
+        logits = yield call
+        forwards += 1
+        return logits
 
     def first_token(logits: torch.Tensor, column: int) -> None:
         """The next block's first token from the call's last logit, where the prompt ends at ``column``."""
         if cfg.first_token_from_commit and column < width and n <= column:
-            canvas[0, column] = logits[-1].argmax()
+            write_tokens(canvas, steps, slice(column, column + 1), logits[-1].argmax().view(1, 1), forwards)
             masks_left[column // sub] = int((canvas[0, column:column + sub] == cfg.mask_id).sum())
 
-    def tokens() -> list[int]:
-        return canvas[0, n:n + cfg.gen_length].tolist()
+    def tokens() -> Canvas:
+        return Canvas(*torch.stack([canvas, steps, edited])[:, 0, n:n + cfg.gen_length].tolist())
 
     written = n // size * size
     if written and not cfg.fused_commit:
-        first_token((yield Call(canvas[0, :written], 0, written)), written)
+        first_token((yield from ask(Call(canvas[0, :written], 0, written))), written)
     else:
         written = 0
     for block in range(n // size, width // size):
@@ -80,7 +99,7 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
             """One peek of the block (with ``fused_commit`` also writing what is not written yet); its logits."""
             nonlocal written
             low = written if cfg.fused_commit else start
-            logits = yield Call(canvas[0, low:end], low, start - low)
+            logits = yield from ask(Call(canvas[0, low:end], low, start - low))
             written = start if cfg.fused_commit else written
             return logits[start - low:][None]
 
@@ -92,14 +111,15 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
                 post_steps += not bool((current == cfg.mask_id).any())
                 if post_steps > cfg.max_post_edit_steps or not bool(change.any()):
                     break
-                canvas[:, start:end] = torch.where(change, new, current)
+                edited[:, start:end] += change & (current != cfg.mask_id)
+                write_tokens(canvas, steps, slice(start, end), torch.where(change, new, current), forwards)
         else:
             step = 0
             for low in range(start, end, sub):
                 while masks_left[low // sub]:
                     updated, chosen, proposed = peek_window(cfg, (yield from peek()), canvas[:, low:low + sub],
                                                             low - start, step, schedule, draws, (0,))
-                    canvas[:, low:low + sub] = updated
+                    write_tokens(canvas, steps, slice(low, low + sub), updated, forwards)
                     if cfg.eos_early_stop and bool(completes_to_eos(canvas[:, :end], lengths, eos, cfg.mask_id,
                                                                     chosen & torch.isin(proposed, eos))):
                         return tokens()
@@ -108,7 +128,7 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
                     step += 1
         holds_eos = bool(torch.isin(canvas[0, max(start, n):end], eos).any())
         if not cfg.fused_commit and (cfg.commit_finished_block or not holds_eos):
-            first_token((yield Call(canvas[0, start:end], start, size)), end)
+            first_token((yield from ask(Call(canvas[0, start:end], start, size))), end)
             written = end
         if holds_eos:
             break
@@ -124,7 +144,7 @@ class _Flight:
     call: Call
     share: float = 0.0
     forwards: int = 0
-    tokens: list[int] | None = field(default=None)
+    canvas: Canvas | None = field(default=None)
 
 
 def _forward(network: Any, cache: Any, flights: list[_Flight], block_length: int, pad_id: int) -> None:
@@ -145,7 +165,7 @@ def _forward(network: Any, cache: Any, flights: list[_Flight], block_length: int
         try:
             flight.call = flight.program.send(logits[row, :flight.call.ids.shape[0]])
         except StopIteration as stop:
-            flight.tokens = stop.value
+            flight.canvas = stop.value
 
 
 @torch.no_grad()
@@ -185,15 +205,15 @@ def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: B
             else:
                 cache.admit(rows)
             flights += joining
-        finished = tuple((f.index, _result(f, cfg.eos_ids)) for f in flights if f.tokens is not None)
+        finished = tuple((f.index, _result(f, cfg)) for f in flights if f.canvas is not None)
         step = Step(tuple(admitted), finished, len(flights))
         if finished:
-            keep = [row for row, f in enumerate(flights) if f.tokens is None]
+            keep = [row for row, f in enumerate(flights) if f.canvas is None]
             cache.select_rows(keep)
             flights = [flights[row] for row in keep]
         yield step
 
 
-def _result(flight: _Flight, eos_ids: Sequence[int]) -> DecodeResult:
-    kept, found = cut_after_eos(flight.tokens, eos_ids)
-    return DecodeResult(token_ids=kept, nfe=flight.share, hit_max_tokens=not found, forwards=flight.forwards)
+def _result(flight: _Flight, cfg: BlockDiffusionConfig) -> DecodeResult:
+    return row_result(flight.canvas.ids, flight.canvas.steps, flight.canvas.edits, cfg, flight.share,
+                      flight.forwards)

@@ -278,6 +278,7 @@ def test_every_row_of_a_batch_equals_the_row_alone(name):
     for i, prompt in enumerate(PROMPTS):
         alone = decode(network, [prompt], cfg, gen=13, row_seeds=None if seeds is None else [seeds[i]])
         assert batch.rows[i].token_ids == alone.rows[0].token_ids, f"row {i}"
+        assert (batch.rows[i].commit_step, batch.rows[i].edits) == (alone.rows[0].commit_step, alone.rows[0].edits)
     assert batch.nfe < sum(decode(network, [p], cfg, gen=13).nfe for p in PROMPTS)
 
 
@@ -313,6 +314,7 @@ def test_rows_in_flight_equal_rows_alone(name):
     for i, row in enumerate(alone):
         assert (flown[i].token_ids, flown[i].forwards) == (row.token_ids, row.forwards), f"prompt {i}"
         assert flown[i].hit_max_tokens == row.hit_max_tokens
+        assert (flown[i].commit_step, flown[i].edits) == (row.commit_step, row.edits), f"prompt {i}"
     assert len({len(row.token_ids) for row in alone}) >= 3  # rows end early, late and at the canvas's end
     assert all(step.rows <= 2 for step in steps) and sum(len(step.admitted) for step in steps) == 6
     assert sum(row.nfe for row in flown.values()) < sum(row.forwards for row in alone)  # forwards shared
