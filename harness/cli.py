@@ -212,13 +212,13 @@ def run_main(argv: Sequence[str]) -> int:
     runner = Runner(settings, ctx)
     distributed.start(ctx, runner.device)
     try:
-        payload = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
+        finished = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
     finally:
         distributed.stop(ctx)
-    if payload is not None:
-        print(summary_table(payload["results"]))
+    if finished is not None:
+        print(summary_table(finished.results))
         print(f"results: {runner.folder.results_path}")
-        print(write_run_report(settings.output) if payload["results"] else
+        print(write_run_report(settings.output) if finished.results else
               "report not written: the run has no results")
     return 0
 

@@ -79,19 +79,18 @@ def _number(value: Any) -> float | None:
 
 def to_cell(entry: Labelled) -> Cell:
     r = entry.result
-    primary = r["metrics"].get(r["primary_metric"], {})
-    ci = primary.get("ci95") or [None, None]
-    speed = r.get("speed") or {}
+    ci = r.primary.get("ci95") or [None, None]
+    speed = r.speed
     return Cell(
-        label=entry.label, model=entry.model, task=entry.task, run=entry.run.name, metric=r["primary_metric"],
-        value=_number(primary.get("value")), ci_low=_number(ci[0]), ci_high=_number(ci[1]), n=int(r["n_samples"]),
+        label=entry.label, model=entry.model, task=entry.task, run=entry.run.name, metric=r.primary_metric,
+        value=_number(r.primary.get("value")), ci_low=_number(ci[0]), ci_high=_number(ci[1]), n=int(r.n_samples),
         tokens_per_second=_number(speed.get("tokens_per_second")),
         tokens_per_forward=_number(speed.get("tokens_per_forward")),
         forwards_per_sample=_number(speed.get("forwards_per_sample")),
         canvas_tokens=speed.get("canvas_tokens"), gen_tokens_mean=_number(speed.get("gen_tokens_mean")),
         latency={k: _number(v) for k, v in (speed.get("latency_s") or {}).items()},
         combined_tokens_per_second=_number(speed.get("combined_tokens_per_second")),
-        diagnostics=dict(r.get("diagnostics") or {}), manifest=dict(r["manifest"]),
+        diagnostics=dict(r.diagnostics), manifest=dict(r.manifest),
         timed_samples=speed.get("timed_samples"), low_sample=bool(speed.get("low_sample")),
     )
 

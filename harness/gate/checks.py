@@ -30,40 +30,41 @@ from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, G
                                  Speed)
 from harness.gate.retiming import read_speed, speed_entry
 from harness.run.folder import Run, load_run
+from harness.run.records import ResultEntry
 from harness.stats.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
 from harness.stats.estimates import holm_adjust
 
 # --- comparing two runs ---------------------------------------------------------------------------------------------
 
-def _entries(baseline: Run, candidate: Run, tasks: tuple[str, ...] | None) -> list[tuple[dict, dict]]:
-    chosen = [r for r in baseline.results if tasks is None or r["task"] in tasks]
+def _entries(baseline: Run, candidate: Run, tasks: tuple[str, ...] | None) -> list[tuple[ResultEntry, ResultEntry]]:
+    chosen = [r for r in baseline.results if tasks is None or r.task in tasks]
     if tasks is not None:
         for side, run in (("baseline", baseline), ("candidate", candidate)):
-            missing = sorted(set(tasks) - {r["task"] for r in run.results})
+            missing = sorted(set(tasks) - {r.task for r in run.results})
             if missing:
                 raise GateError(f"{side} {run.results_path} has no results for task {', '.join(missing)}")
     if not chosen:
         raise GateError("nothing to compare: the baseline has no results" + (" for those tasks" if tasks else ""))
     pairs = []
     for base in chosen:
-        cand = candidate.result(base["model"], base["task"])
+        cand = candidate.result(base.model, base.task)
         if cand is None:
-            raise GateError(f"candidate has no result for {base['model']} · {base['task']} "
+            raise GateError(f"candidate has no result for {base.model} · {base.task} "
                             f"(restrict with --tasks, or rerun the candidate with it)")
         pairs.append((base, cand))
     return pairs
 
 
-def check_comparable(base: dict[str, Any], cand: dict[str, Any], allow_decoding_change: bool = False) -> list[str]:
+def check_comparable(base: ResultEntry, cand: ResultEntry, allow_decoding_change: bool = False) -> list[str]:
     """Raise GateError when the scoring-relevant manifest fields or the primary metric differ; a decoding change
     that is allowed comes back as a note."""
-    where = f"{base['model']} · {base['task']}"
-    if base["primary_metric"] != cand["primary_metric"]:
-        raise GateError(f"{where}: primary metric differs ({base['primary_metric']} vs {cand['primary_metric']})")
-    differing = field_differences(base["manifest"], cand["manifest"])
+    where = f"{base.model} · {base.task}"
+    if base.primary_metric != cand.primary_metric:
+        raise GateError(f"{where}: primary metric differs ({base.primary_metric} vs {cand.primary_metric})")
+    differing = field_differences(base.manifest, cand.manifest)
     notes = []
     def difference(field: str) -> str:
-        return describe_difference(field, base["manifest"].get(field), cand["manifest"].get(field))
+        return describe_difference(field, base.manifest.get(field), cand.manifest.get(field))
 
     if allow_decoding_change and "decoding" in differing:
         differing.remove("decoding")
@@ -76,21 +77,21 @@ def check_comparable(base: dict[str, Any], cand: dict[str, Any], allow_decoding_
     return notes
 
 
-def accuracy_test(base: dict[str, Any], cand: dict[str, Any], base_samples: list[dict] | None,
+def accuracy_test(base: ResultEntry, cand: ResultEntry, base_samples: list[dict] | None,
                   cand_samples: list[dict] | None) -> AccuracyTest:
-    where = f"{base['model']} · {base['task']}"
-    metric = base["primary_metric"]
+    where = f"{base.model} · {base.task}"
+    metric = base.primary_metric
     if base_samples and cand_samples:
         try:
             return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
         except PairingError as error:
             raise GateError(str(error)) from None
-    b, c = base["metrics"].get(metric), cand["metrics"].get(metric)
+    b, c = base.metrics.get(metric), cand.metrics.get(metric)
     if not b or not c or b.get("value") is None or c.get("value") is None or not b.get("n") or not c.get("n"):
         raise GateError(f"{where}: no value for {metric} on one side")
-    if base["manifest"].get("limit") != cand["manifest"].get("limit"):
-        raise GateError(f"not comparable: {where}: different --limit ({base['manifest'].get('limit')} vs "
-                        f"{cand['manifest'].get('limit')}) and no sample records to pair the shared items")
+    if base.manifest.get("limit") != cand.manifest.get("limit"):
+        raise GateError(f"not comparable: {where}: different --limit ({base.manifest.get('limit')} vs "
+                        f"{cand.manifest.get('limit')}) and no sample records to pair the shared items")
     return unpaired_test(b, c)
 
 
@@ -118,13 +119,13 @@ def check_power(where: str, power: Power, settings: GateSettings) -> None:
                     f"{NOT_GATED_POINTS:g} to not gate accuracy")
 
 
-def compared_speed(base: dict, cand: dict, base_timed: dict | None, cand_timed: dict | None) -> Speed:
+def compared_speed(base: ResultEntry, cand: ResultEntry, base_timed: dict | None, cand_timed: dict | None) -> Speed:
     """Re-timed figures when both sides have them for this (model, task), else the runs' own tokens/s."""
     if base_timed and cand_timed and all(base_timed.get(k) == cand_timed.get(k) for k in ("samples", "clock")):
         b, c = base_timed["median_normalized"], cand_timed["median_normalized"]
         return Speed("re-timed", base_timed["median_tokens_per_second"], cand_timed["median_tokens_per_second"],
                      c / b - 1.0 if b else None)
-    b, c = base["speed"].get("tokens_per_second"), cand["speed"].get("tokens_per_second")
+    b, c = base.speed.get("tokens_per_second"), cand.speed.get("tokens_per_second")
     return Speed("run", b, c, c / b - 1.0 if b and c is not None else None)
 
 
@@ -146,7 +147,7 @@ def hardware_warnings(env_b: dict[str, Any], env_c: dict[str, Any], what: str) -
             f"speed is not comparable"]
 
 
-def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]]) -> list[str]:
+def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[ResultEntry, ResultEntry]]) -> list[str]:
     """Settings that make tokens/s differ for reasons other than the code: hardware, dtype, batch size, schedule,
     the network's implementation."""
     notes = hardware_warnings(baseline.manifest.get("environment", {}), candidate.manifest.get("environment", {}),
@@ -159,12 +160,12 @@ def speed_notes(baseline: Run, candidate: Run, pairs: Sequence[tuple[dict, dict]
         if env_b.get(key) != env_c.get(key):
             notes.append(f"tokens/s compared across different {key}: {env_b.get(key)} vs {env_c.get(key)}")
     for base, cand in pairs:
-        for what, get in (("batch size", lambda r: r["speed"].get("batch_size")),
-                          ("schedule", lambda r: r["speed"].get("schedule", ["static"])),
-                          ("network implementation", lambda r: implementation_label(r["manifest"])),
-                          ("dtype", lambda r: r["manifest"].get("model", {}).get("dtype"))):
+        for what, get in (("batch size", lambda r: r.speed.get("batch_size")),
+                          ("schedule", lambda r: r.speed.get("schedule", ["static"])),
+                          ("network implementation", lambda r: implementation_label(r.manifest)),
+                          ("dtype", lambda r: r.manifest.get("model", {}).get("dtype"))):
             if get(base) != get(cand):
-                notes.append(f"{base['model']} · {base['task']}: {what} differs ({get(base)} vs {get(cand)})")
+                notes.append(f"{base.model} · {base.task}: {what} differs ({get(base)} vs {get(cand)})")
     return notes
 
 
@@ -173,25 +174,25 @@ def evaluate(baseline: Run, candidate: Run, settings: GateSettings) -> GateRepor
     or the accuracy tolerance is undetectable."""
     pairs = _entries(baseline, candidate, settings.tasks)
     notes = [n for base, cand in pairs for n in check_comparable(base, cand, settings.allow_decoding_change)]
-    samples = [(baseline.samples(b["model"], b["task"]), candidate.samples(c["model"], c["task"]))
+    samples = [(baseline.samples(b.model, b.task), candidate.samples(c.model, c.task))
                for b, c in pairs]
     tests = [accuracy_test(base, cand, *recs) for (base, cand), recs in zip(pairs, samples)]
     powers = [power_of(t, settings.alpha, len(tests)) for t in tests]
     for (base, _), power in zip(pairs, powers):
-        check_power(f"{base['model']} · {base['task']}", power, settings)
+        check_power(f"{base.model} · {base.task}", power, settings)
     adjusted = holm_adjust([t.p_value for t in tests])
     timed_b, timed_c = read_speed(baseline), read_speed(candidate)
     rows = []
     for (base, cand), (b_recs, c_recs), test, p_holm, power in zip(pairs, samples, tests, adjusted, powers):
         drift, b_fpt, c_fpt = None, None, None
         if b_recs and c_recs:
-            drift = output_drift(b_recs, c_recs, base["manifest"].get("decoding") or {})
+            drift = output_drift(b_recs, c_recs, base.manifest.get("decoding") or {})
             docs = shared_docs(b_recs, c_recs)
             b_fpt, c_fpt = forwards_per_token(b_recs, docs), forwards_per_token(c_recs, docs)
-        speed = compared_speed(base, cand, speed_entry(timed_b, base["model"], base["task"]),
-                               speed_entry(timed_c, cand["model"], cand["task"]))
+        speed = compared_speed(base, cand, speed_entry(timed_b, base.model, base.task),
+                               speed_entry(timed_c, cand.model, cand.task))
         rows.append(GateRow(
-            model=base["model"], task=base["task"], metric=base["primary_metric"], accuracy=test, p_holm=p_holm,
+            model=base.model, task=base.task, metric=base.primary_metric, accuracy=test, p_holm=p_holm,
             power=power, drift=drift, baseline_fpt=b_fpt, candidate_fpt=c_fpt, speed=speed,
             accuracy_regression=(settings.max_accuracy_drop < NOT_GATED_POINTS
                                  and -test.delta_points > settings.max_accuracy_drop and p_holm < settings.alpha),
@@ -205,9 +206,9 @@ def evaluate(baseline: Run, candidate: Run, settings: GateSettings) -> GateRepor
     if any(r.speed.source == "run" for r in rows) and settings.max_tps_drop < 1:
         notes.append("tokens/s from the runs themselves (one timed pass each, noisy on a shared machine); "
                       "run `run_eval.py gate-speed RUN` on both runs for the re-timed, normalised figure")
-    gated = {(b["model"], b["task"]) for b, _ in pairs}
-    extra = sorted(f"{r['model']} · {r['task']}" for r in candidate.results
-                   if (r["model"], r["task"]) not in gated and (settings.tasks is None or r["task"] in settings.tasks))
+    gated = {(b.model, b.task) for b, _ in pairs}
+    extra = sorted(f"{r.model} · {r.task}" for r in candidate.results
+                   if (r.model, r.task) not in gated and (settings.tasks is None or r.task in settings.tasks))
     if extra:
         notes.append(f"not in the baseline, not gated: {', '.join(extra)}")
     return GateReport(settings, tuple(rows), tuple(notes))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from harness.errors import USAGE_ERROR, UserError
 from harness.run.manifest import hardware
 from harness.run.folder import RESULTS_NAME, Run, RunLoadError, load_run
+from harness.run.records import ResultEntry
 
 if TYPE_CHECKING:
     import torch
@@ -158,36 +159,36 @@ def measure(adapter: "ModelAdapter", config: "ModelConfig", prompts: Sequence[st
                         "process_cpu" if adapter.device.type == "cpu" else "wall", tuple(wall_s))
 
 
-AdapterFactory = Callable[[dict[str, Any], "torch.device"], "ModelAdapter"]
+AdapterFactory = Callable[[ResultEntry, "torch.device"], "ModelAdapter"]
 
 
-def load_for_result(result: dict[str, Any], device: "torch.device") -> "ModelAdapter":
+def load_for_result(result: ResultEntry, device: "torch.device") -> "ModelAdapter":
     """The adapter a result was made with: its registry name and its weights' dtype."""
     from models.sources import parse_dtype
     from models.registry import load_adapter, model_names, spec_for
 
-    name = result["model"]
+    name = result.model
     if not name.startswith("hf:") and name not in model_names():
         raise SpeedError(f"{name} is not a registry model (valid: {', '.join(model_names())}); gate-speed reloads the "
                          f"model by its registry name")
-    dtype = parse_dtype(str(result["manifest"].get("model", {}).get("dtype", "auto")), device)
+    dtype = parse_dtype(str(result.manifest.get("model", {}).get("dtype", "auto")), device)
     return load_adapter(spec_for(name), device, dtype)
 
 
-def config_for_result(adapter: "ModelAdapter", result: dict[str, Any]) -> "ModelConfig":
+def config_for_result(adapter: "ModelAdapter", result: ResultEntry) -> "ModelConfig":
     """The config a result was decoded with: its recorded options on the model's config at the recorded canvas;
     a record this code cannot rebuild exactly (an option renamed or added since) is a SpeedError."""
     from models.options import leaves, record
 
-    decoding = result["manifest"].get("decoding") or {}
-    canvas = int(result["manifest"]["canvas_tokens"])
+    decoding = result.manifest.get("decoding") or {}
+    canvas = int(result.manifest["canvas_tokens"])
     settable = {name for name, leaf in leaves(adapter.default_config()).items() if leaf.settable}
     config = adapter.make_config({k: v for k, v in decoding.items() if k in settable}, canvas)
     rebuilt = json.loads(json.dumps(record(config), default=str))
     differing = sorted(k for k in set(decoding) | set(rebuilt) if decoding.get(k) != rebuilt.get(k))
     if differing:
         k = differing[0]
-        raise SpeedError(f"{result['model']} · {result['task']}: the recorded decoding cannot be rebuilt by this code "
+        raise SpeedError(f"{result.model} · {result.task}: the recorded decoding cannot be rebuilt by this code "
                          f"({', '.join(differing)} differ(s); {k}: recorded {decoding.get(k)!r}, rebuilt "
                          f"{rebuilt.get(k)!r}); re-time it with the code that made the run")
     return config
@@ -197,8 +198,8 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
     """Measure every chosen (model, task) of a run; the payload written to ``RUN/gate_speed.json``."""
     import torch
 
-    chosen = [r for r in run.results if (settings.models is None or r["model"] in settings.models)
-              and (settings.tasks is None or r["task"] in settings.tasks)]
+    chosen = [r for r in run.results if (settings.models is None or r.model in settings.models)
+              and (settings.tasks is None or r.task in settings.tasks)]
     if not chosen:
         raise SpeedError(f"{run.results_path} has no results for the chosen models and tasks")
     device = torch.device(settings.device)
@@ -207,16 +208,16 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
     try:
         measures = []
         for result in chosen:
-            records = run.samples(result["model"], result["task"])
+            records = run.samples(result.model, result.task)
             if not records:
-                raise SpeedError(f"{run.root} has no sample records for {result['model']} · {result['task']} "
+                raise SpeedError(f"{run.root} has no sample records for {result.model} · {result.task} "
                                  f"(gate-speed needs a run folder with samples/)")
             records = records[: settings.samples]
             adapter = make_adapter(result, device)
             config = config_for_result(adapter, result)
             measures.append(measure(adapter, config, [r["prompt"] for r in records],
-                                    [r.get("token_ids", []) for r in records], int(result["manifest"]["canvas_tokens"]),
-                                    settings.passes, result["model"], result["task"]))
+                                    [r.get("token_ids", []) for r in records], int(result.manifest["canvas_tokens"]),
+                                    settings.passes, result.model, result.task))
     finally:
         torch.set_num_threads(threads)
     return {
@@ -256,11 +257,11 @@ def _names(values: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(n for v in values for n in v.split(",") if n.strip()) if values else None
 
 
-def speed_line(entry: dict[str, Any], result: dict[str, Any] | None) -> str:
+def speed_line(entry: dict[str, Any], result: ResultEntry | None) -> str:
     """One (model, task) of the re-timing, each figure named: the raw tok/s of this machine now (beside the run's
     own raw figure) and the normalised one the gate compares, which the machine's load cancels out of."""
     spread = [v / entry["median_normalized"] - 1 for v in entry["normalized"]]
-    own = (result or {}).get("speed", {}).get("tokens_per_second")
+    own = result.speed.get("tokens_per_second") if result is not None else None
     own_text = f"; the run's own {own:.2f}" if own is not None else ""
     return (f"{entry['model']} · {entry['task']}: raw {entry['median_tokens_per_second']:.2f} tok/s on CPU time "
             f"(median of {len(spread)} re-timed passes{own_text}), normalised {entry['median_normalized']:.3f} "

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from harness.run.manifest import SCORING_FIELDS
 from harness.run.folder import Run
+from harness.run.records import ResultEntry
 
 # Scoring fields that belong to the model side: they differ between models by design, so they only matter when the
 # same model appears twice (two runs, or baseline against candidate).
@@ -52,15 +53,15 @@ class Labelled:
 
     label: str
     run: Run
-    result: dict[str, Any]
+    result: ResultEntry
 
     @property
     def model(self) -> str:
-        return self.result["model"]
+        return self.result.model
 
     @property
     def task(self) -> str:
-        return self.result["task"]
+        return self.result.task
 
 
 def label_results(runs: Sequence[Run]) -> list[Labelled]:
@@ -68,13 +69,13 @@ def label_results(runs: Sequence[Run]) -> list[Labelled]:
     runs_of_model: dict[str, set[int]] = defaultdict(set)
     for index, run in enumerate(runs):
         for result in run.results:
-            runs_of_model[result["model"]].add(index)
+            runs_of_model[result.model].add(index)
     names = [run.name for run in runs]
     out = []
     for index, run in enumerate(runs):
         run_name = run.name if names.count(run.name) == 1 else f"{run.name}#{index + 1}"
         for result in run.results:
-            model = result["model"]
+            model = result.model
             label = model if len(runs_of_model[model]) == 1 else f"{model} @ {run_name}"
             out.append(Labelled(label, run, result))
     return out
@@ -104,20 +105,20 @@ def comparability_warnings(entries: Iterable[Labelled]) -> list[str]:
         by_model_task[(e.model, e.task)].append(e)
     for task, group in by_task.items():
         for f in TASK_FIELDS:
-            warnings.extend(_spread(task, f, group, lambda e, f=f: e.result["manifest"].get(f)))
-        warnings.extend(_spread(task, "number of items", group, lambda e: e.result["n_samples"]))
-        fixtures = sorted({e.label for e in group if e.result["manifest"].get("data_source") == "fixtures"})
+            warnings.extend(_spread(task, f, group, lambda e, f=f: e.result.manifest.get(f)))
+        warnings.extend(_spread(task, "number of items", group, lambda e: e.result.n_samples))
+        fixtures = sorted({e.label for e in group if e.result.manifest.get("data_source") == "fixtures"})
         if fixtures:
             warnings.append(f"{task}: {', '.join(fixtures)} ran on the bundled fixture items, not the real test "
                             f"split; their scores say nothing about the model")
     for task, group in by_task.items():
         warnings.extend(_spread(task, "network implementation (speed ratios between these mix the decoder with the "
-                                "implementation)", group, lambda e: implementation_label(e.result["manifest"])))
+                                "implementation)", group, lambda e: implementation_label(e.result.manifest)))
     for (model, task), group in by_model_task.items():
         if len(group) > 1:
             for f in MODEL_FIELDS:
                 warnings.extend(_spread(f"{model} · {task}", f, group,
-                                        lambda e, f=f: e.result["manifest"].get(f)))
+                                        lambda e, f=f: e.result.manifest.get(f)))
     return warnings
 
 

@@ -26,13 +26,13 @@ from typing import Any, Iterator, Sequence
 
 from harness.errors import RunError, UserError
 from harness.files import JSONLError, read_jsonl, write_atomic, write_json_atomic, write_jsonl_atomic
+from harness.run.records import RecordError, ResultEntry, ResultsFile
 from harness.run.store import SampleStore, safe_name
 
 RESULTS_NAME = "results.json"
 REPORT_NAME = "report.html"
 TABLES_MARKDOWN_NAME = "report_tables.md"
 GATE_SPEED_NAME = "gate_speed.json"
-RESULT_KEYS = ("model", "task", "manifest", "n_samples", "primary_metric", "metrics", "speed", "diagnostics")
 
 
 class RunLoadError(UserError, ValueError):
@@ -135,8 +135,8 @@ class RunFolder:
         return SampleStore(self.store_root / safe_name(model) / safe_name(task), shard=f"rank{rank}")
 
     # ---- writers -------------------------------------------------------------------------------------------------
-    def write_results(self, payload: dict[str, Any]) -> Path:
-        write_json_atomic(self.results_path, payload)
+    def write_results(self, results: ResultsFile) -> Path:
+        write_json_atomic(self.results_path, results.to_json())
         return self.results_path
 
     def write_samples(self, model: str, task: str, records: Sequence[dict[str, Any]]) -> Path:
@@ -159,24 +159,19 @@ class RunFolder:
         return self.gate_speed_path
 
     # ---- readers -------------------------------------------------------------------------------------------------
-    def read_results(self) -> dict[str, Any]:
-        """The results payload, checked for the keys the report and gate read; RunLoadError with one line."""
+    def read_results(self) -> ResultsFile:
+        """The results file, checked for the keys the report and gate read; RunLoadError with one line."""
         path = self.results_path
         if not path.is_file():
             raise RunLoadError(f"{self.root} is a folder without {self.results_name} (not a finished run)")
         try:
-            payload = json.loads(path.read_text(encoding="utf-8"))
+            return ResultsFile.from_json(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError) as error:
             raise RunLoadError(f"cannot read {path}: {error}") from None
         except json.JSONDecodeError as error:
             raise RunLoadError(f"{path} is not valid JSON ({error.msg} at line {error.lineno})") from None
-        if not isinstance(payload, dict) or not isinstance(payload.get("results"), list):
-            raise RunLoadError(f"{path} has no 'results' list (not a harness results file)")
-        for index, result in enumerate(payload["results"]):
-            missing = [k for k in RESULT_KEYS if not isinstance(result, dict) or k not in result]
-            if missing:
-                raise RunLoadError(f"{path}: result {index} lacks {', '.join(missing)}")
-        return payload
+        except RecordError as error:
+            raise RunLoadError(f"{path}: {error}") from None
 
     def read_samples(self, model: str, task: str) -> list[dict[str, Any]] | None:
         """The scored sample records of one (model, task), or None when the run carries none (a bare results file)."""
@@ -207,12 +202,23 @@ class RunFolder:
 
 @dataclass(frozen=True)
 class Run:
-    """A finished run: its manifest, its per-(model, task) results, and the folder its sample records live in."""
+    """A finished run: its results file and the folder its sample records live in."""
 
     name: str
     folder: RunFolder
-    manifest: dict[str, Any]
-    results: tuple[dict[str, Any], ...]
+    file: ResultsFile
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.file.manifest
+
+    @property
+    def results(self) -> tuple[ResultEntry, ...]:
+        return self.file.results
+
+    @property
+    def attribution(self) -> tuple[dict[str, Any], ...]:
+        return self.file.attribution
 
     @property
     def results_path(self) -> Path:
@@ -222,8 +228,8 @@ class Run:
     def root(self) -> Path:
         return self.folder.root
 
-    def result(self, model: str, task: str) -> dict[str, Any] | None:
-        return next((r for r in self.results if r["model"] == model and r["task"] == task), None)
+    def result(self, model: str, task: str) -> ResultEntry | None:
+        return self.file.result(model, task)
 
     def samples(self, model: str, task: str) -> list[dict[str, Any]] | None:
         return self.folder.read_samples(model, task)
@@ -235,8 +241,5 @@ def load_run(path: Path) -> Run:
     if not path.exists():
         raise RunLoadError(f"{path} does not exist")
     folder = RunFolder.at(path)
-    payload = folder.read_results()
     name = folder.root.name if folder.results_name == RESULTS_NAME else Path(folder.results_name).stem
-    manifest = payload.get("manifest") if isinstance(payload.get("manifest"), dict) else {}
-    return Run(name=name, folder=folder, manifest=manifest, results=tuple(payload["results"]))
-
+    return Run(name=name, folder=folder, file=folder.read_results())

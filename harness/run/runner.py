@@ -20,13 +20,13 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from harness.stats.aggregate import aggregate
-from harness.stats.attribution import attribution_table
 from harness.errors import NothingToScore
 from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.run.manifest import environment
 from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
 from harness.run.presets import SMOKE_CANVAS, smoke_canvas
+from harness.run.records import ResultEntry, ResultsFile
 from harness.run.schedule import CONTINUOUS
 from harness.run.threads import apply_threads
 from harness.run.store import SampleStore, sample_key
@@ -223,7 +223,7 @@ class Runner:
                     task.check_ready()
         return jobs
 
-    def run(self, wait_for_ranks: Callable[[], None] = lambda: None) -> dict[str, Any] | None:
+    def run(self, wait_for_ranks: Callable[[], None] = lambda: None) -> ResultsFile | None:
         """Plan everything, then model by model: generate this rank's share of each job, wait for all ranks (the
         launcher's barrier, given by the command line), and (rank 0) score it and rewrite the results file, so a run
         stopped midway keeps every finished job's results. A model's weights are released (or handed to the next
@@ -231,7 +231,7 @@ class Runner:
         with removed_if_left_empty(self.folder.root):  # a run that fails before storing anything leaves no folder
             return self._run(wait_for_ranks)
 
-    def _run(self, wait_for_ranks: Callable[[], None]) -> dict[str, Any] | None:
+    def _run(self, wait_for_ranks: Callable[[], None]) -> ResultsFile | None:
         s = self.settings
         apply_threads(s.threads)
         jobs = self.plan_all()
@@ -241,8 +241,7 @@ class Runner:
             "world_size": self.dist.world_size,
             "settings": {k: v for k, v in dataclasses.asdict(s).items() if k != "progress"},
         }
-        results: list[dict[str, Any]] = []
-        payload: dict[str, Any] = {"manifest": manifest, "results": results}
+        results = ResultsFile.of(manifest, [])
         groups = model_groups(jobs)
         for number, group in enumerate(groups):
             for adapter, adapter_jobs in itertools.groupby(group, key=lambda job: job.adapter):
@@ -253,12 +252,11 @@ class Runner:
                             self.generate(job)
                         wait_for_ranks()
                         if self.dist.is_main:
-                            results.append(self.score(job))
-                            payload["attribution"] = attribution_table(results)
-                            self.folder.write_results(payload)
+                            results = ResultsFile.of(manifest, [*results.results, self.score(job)])
+                            self.folder.write_results(results)
             following = groups[number + 1][0].adapter if number + 1 < len(groups) else None
             hand_over(group[0].adapter, following)
-        return payload if self.dist.is_main else None
+        return results if self.dist.is_main else None
 
     def adapter(self, spec: ModelSpec) -> ModelAdapter:
         return load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
@@ -309,7 +307,7 @@ class Runner:
             self.note(f"{job.spec.name}: the {decoder.name} decoder keeps no rows in flight, so its requests decode "
                       f"in static batches of {s.batch_size} (--schedule static says so for every model)")
 
-    def score(self, job: Job) -> dict[str, Any]:
+    def score(self, job: Job) -> ResultEntry:
         s = self.settings
         store = self.store(job)
         stored = store.load()
@@ -320,7 +318,7 @@ class Runner:
         samples = score_samples(job.task, job.planned, stored)
         self.folder.write_samples(job.spec.name, job.task.name, samples)
         summary = aggregate(samples, job.task.primary_metric, s.batch_size, store.peak_memory(), self.device.type)
-        return {
+        return ResultEntry.from_json({
             "model": job.spec.name,
             "task": job.task.name,
             "manifest": {
@@ -343,4 +341,4 @@ class Runner:
                 **job.adapter.run_manifest(self.folder.engine_path(job.spec.name)),
             },
             **summary,
-        }
+        })

@@ -6,6 +6,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from harness.run.records import ResultEntry
+
 
 def timed_label(speed: dict[str, Any]) -> str:
     """The number of timed samples behind the speed figures, marked when below the stated minimum."""
@@ -15,29 +17,28 @@ def timed_label(speed: dict[str, Any]) -> str:
     return "-" if n is None else str(n)
 
 
-def summary_frame(results: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def summary_frame(results: Sequence[ResultEntry]) -> pd.DataFrame:
     rows = []
     for r in results:
-        primary = r["metrics"].get(r["primary_metric"], {})
-        lo, hi = primary.get("ci95", [float("nan"), float("nan")])
-        speed = r["speed"]
+        lo, hi = r.primary.get("ci95", [float("nan"), float("nan")])
+        speed = r.speed
         rows.append({
-            "model": r["model"],
-            "task": r["task"],
-            "metric": r["primary_metric"],
-            "score": primary.get("value"),
+            "model": r.model,
+            "task": r.task,
+            "metric": r.primary_metric,
+            "score": r.primary.get("value"),
             "95% CI": f"[{lo:.3f}, {hi:.3f}]",
-            "n": r["n_samples"],
+            "n": r.n_samples,
             "tokens/s": speed["tokens_per_second"],
             "timed": timed_label(speed),
             "tokens/fwd": speed["tokens_per_forward"],
             "p50 s": speed["latency_s"]["p50"],
-            "truncated": r["diagnostics"].get("truncated_rate"),
-            "data": r["manifest"]["data_source"],
+            "truncated": r.diagnostics.get("truncated_rate"),
+            "data": r.manifest["data_source"],
         })
     return pd.DataFrame(rows)
 
 
-def summary_table(results: Sequence[dict[str, Any]]) -> str:
+def summary_table(results: Sequence[ResultEntry]) -> str:
     frame = summary_frame(results)
     return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")

@@ -238,12 +238,12 @@ def _canonical(settings: RunSettings) -> str:
 def is_complete(settings: RunSettings) -> bool:
     """A point already finished with these very settings: every planned sample scored."""
     try:
-        payload = RunFolder(settings.output).read_results()
-        recorded = json.dumps(payload["manifest"]["settings"], sort_keys=True)
-        full = all(r["n_samples"] == r["manifest"]["n_planned"] for r in payload["results"])
+        stored = RunFolder(settings.output).read_results()
+        recorded = json.dumps(stored.manifest["settings"], sort_keys=True)
+        full = all(r.n_samples == r.manifest["n_planned"] for r in stored.results)
     except (RunLoadError, KeyError, TypeError):
         return False
-    return full and recorded == _canonical(settings) and len(payload["results"]) == len(settings.tasks)
+    return full and recorded == _canonical(settings) and len(stored.results) == len(settings.tasks)
 
 
 def run_sweep(spec: SweepSpec, base: RunSettings, root: Path, dist_ctx: DistContext = DistContext(),

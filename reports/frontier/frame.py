@@ -119,18 +119,18 @@ def _measured(plan: SweepPlan, timing: SweepTiming | None) -> tuple[list[dict[st
             notes.append(f"{point.name}: not finished (no results.json); rerun the sweep to complete it")
             continue
         for result in run.results:
-            if _tps(result["speed"]) is None:
-                notes.append(f"{point.name} · {result['task']}: no timed samples (every batch held a warm-up "
+            if _tps(result.speed) is None:
+                notes.append(f"{point.name} · {result.task}: no timed samples (every batch held a warm-up "
                              f"sample); give more items (--limit) than the batch size, or a smaller --warmup")
-            primary = result["metrics"].get(result["primary_metric"], {})
+            primary = result.metrics.get(result.primary_metric, {})
             ci = primary.get("ci95") or [None, None]
-            passes = timing.tokens_per_second(point.name, result["task"]) if timing else None
-            run_tps = _tps(result["speed"])
-            raw.append({"point": point, "task": result["task"], "metric": result["primary_metric"],
+            passes = timing.tokens_per_second(point.name, result.task) if timing else None
+            run_tps = _tps(result.speed)
+            raw.append({"point": point, "task": result.task, "metric": result.primary_metric,
                         "accuracy": _number(primary.get("value")), "ci_low": _number(ci[0]),
-                        "ci_high": _number(ci[1]), "n": int(result["n_samples"]), "run_tps": run_tps,
+                        "ci_high": _number(ci[1]), "n": int(result.n_samples), "run_tps": run_tps,
                         "tps": statistics.median(passes) if passes else run_tps, "passes": passes,
-                        "samples": run.samples(point.model, result["task"])})
+                        "samples": run.samples(point.model, result.task)})
     return raw, notes
 
 

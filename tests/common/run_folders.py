@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from harness.stats.aggregate import aggregate
 from harness.run.folder import RunFolder
+from harness.run.records import ResultEntry, ResultsFile
 from tasks.registry import make_task, task_names
 
 METRIC = "exact_match,flexible-extract"
@@ -82,18 +83,15 @@ def write_run(folder: Path, entries: Sequence[Entry], with_samples: bool = True,
               device_name: str = "test-cpu") -> Path:
     """Write a run folder and return it."""
     folder.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "manifest": {
-            "created": "2026-01-01T00:00:00+0000",
-            "environment": {"harness_version": "0.1.0", "git_commit": "abc", "python": "3.11", "torch": "2.13.0",
-                            "device": "cpu", "device_name": device_name, "device_count": 1},
-            "settings": {"models": sorted({e.model for e in entries}), "tasks": sorted({e.task for e in entries}),
-                         "seed": 1234, "batch_size": 1, "warmup": 1},
-        },
-        "results": [result(e) for e in entries],
+    manifest = {
+        "created": "2026-01-01T00:00:00+0000",
+        "environment": {"harness_version": "0.1.0", "git_commit": "abc", "python": "3.11", "torch": "2.13.0",
+                        "device": "cpu", "device_name": device_name, "device_count": 1},
+        "settings": {"models": sorted({e.model for e in entries}), "tasks": sorted({e.task for e in entries}),
+                     "seed": 1234, "batch_size": 1, "warmup": 1},
     }
     run = RunFolder(folder)
-    run.write_results(payload)
+    run.write_results(ResultsFile.of(manifest, [ResultEntry.from_json(result(e)) for e in entries]))
     if with_samples:
         for e in entries:
             run.write_samples(e.model, e.task, e.records)

@@ -254,7 +254,7 @@ def test_load_run_rejects_broken_sample_records(tmp_path, rf):
     (run / "samples" / "m" / "gsm8k.jsonl").write_text("{broken\n")
     with pytest.raises(RunLoadError, match="line 1"):
         gather([run])
-    assert load_run(run).results[0]["model"] == "m"
+    assert load_run(run).results[0].model == "m"
 
 
 def test_missing_speed_and_scores_still_render(tmp_path, rf):

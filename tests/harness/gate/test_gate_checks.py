@@ -4,6 +4,7 @@ re-timed speed files, decoding changes and hardware warnings."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from scipy import stats as scipy_stats
@@ -14,6 +15,7 @@ from harness.gate.power import fisher_min_items, items_needed, mcnemar_min_items
 from harness.gate.retiming import FORMAT, speed_line
 from harness.run.manifest import cpu_model
 from harness.run.folder import GATE_SPEED_NAME as SPEED_FILE
+from harness.run.records import ResultEntry
 
 NO_ACCURACY = ("--max-accuracy-drop", "100")
 
@@ -130,7 +132,7 @@ def test_re_timed_speed_replaces_the_runs_own_tokens_per_second(tmp_path, rf, ca
 def test_gate_speed_line_names_raw_and_normalised_figures():
     entry = {"model": "m", "task": "gsm8k", "median_tokens_per_second": 12.5, "median_normalized": 0.5,
              "normalized": [0.45, 0.5, 0.55], "reproduced": 2, "samples": 2}
-    line = speed_line(entry, {"speed": {"tokens_per_second": 20.0}})
+    line = speed_line(entry, ResultEntry("m", "t", {}, 1, "m", {}, speed={"tokens_per_second": 20.0}, diagnostics={}))
     assert "raw 12.50 tok/s" in line and "the run's own 20.00" in line
     assert "normalised 0.500" in line and "what the gate compares" in line and "-10.0%..+10.0%" in line
     assert "the run's own" not in speed_line(entry, None)
@@ -233,11 +235,12 @@ def test_gate_speed_rebuilds_the_recorded_config_and_refuses_one_it_cannot():
     adapter = load_adapter(spec_for("tiny-llada-fastdllm"), torch.device("cpu"), torch.float32)
     made = adapter.make_config({"threshold": 0.7, "seed": 7}, 32)
     decoding = json.loads(json.dumps(record(made), default=str))
-    result = {"model": "tiny-llada-fastdllm", "task": "gsm8k", "manifest": {"decoding": decoding, "canvas_tokens": 32}}
+    result = ResultEntry("tiny-llada-fastdllm", "gsm8k", {"decoding": decoding, "canvas_tokens": 32}, 0, "m", {},
+                         speed={}, diagnostics={})
     assert config_for_result(adapter, result) == made
-    result["manifest"]["decoding"] = {**decoding, "renamed_option": 1}
+    renamed = replace(result, manifest={**result.manifest, "decoding": {**decoding, "renamed_option": 1}})
     with pytest.raises(SpeedError, match="renamed_option"):
-        config_for_result(adapter, result)
+        config_for_result(adapter, renamed)
 
 
 def test_speed_across_schedules_or_implementations_is_noted(tmp_path, rf, capsys):

@@ -57,9 +57,9 @@ def test_previous_network_is_collected_before_the_next_loads(tmp_path, monkeypat
     # tiny-llada and tiny-llada-fastdllm share a checkpoint: they run next to each other and load it once; tiny-qwen3
     # runs on the native network (a transformers one is never loaded for it)
     runner = Runner(settings(tmp_path / "run", "tiny-llada,tiny-qwen3,tiny-llada-fastdllm", "--gen-length", "32"))
-    payload = runner.run()
+    finished = runner.run()
     assert loads == ["llada network", "qwen3 network"]
-    assert [r["model"] for r in payload["results"]] == ["tiny-llada", "tiny-llada-fastdllm", "tiny-qwen3"]
+    assert [r.model for r in finished.results] == ["tiny-llada", "tiny-llada-fastdllm", "tiny-qwen3"]
     gc.collect()
     assert all(ref() is None for _, ref in alive)  # the last model is released too
 

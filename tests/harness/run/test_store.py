@@ -11,6 +11,7 @@ import pytest
 
 from harness.files import JSONLError, read_jsonl, write_atomic
 from harness.run.folder import RunFolder, RunLoadError, load_run
+from harness.run.records import ResultEntry, ResultsFile
 from harness.run.store import SampleStore, sample_key
 
 
@@ -54,7 +55,7 @@ def test_run_folder_files_follow_the_umask(tmp_path, mask, mode):
     """Atomic writes go through a private temporary file; the result must still be as shareable as a plain write."""
     folder = RunFolder(tmp_path / "run")
     with umask(mask):
-        results = folder.write_results({"manifest": {}, "results": []})
+        results = folder.write_results(ResultsFile({}, ()))
         samples = folder.write_samples("org/model", "gsm8k", [{"doc_id": "0", "scores": {}}])
         write_atomic(tmp_path / "plain.txt", "x")
     for path in (results, samples, tmp_path / "plain.txt"):
@@ -66,14 +67,14 @@ def test_run_folder_layout_is_read_back_as_written(tmp_path):
     folder = RunFolder(tmp_path / "run")
     result = {"model": "org/model", "task": "gsm8k", "manifest": {}, "n_samples": 1, "primary_metric": "m",
               "metrics": {}, "speed": {}, "diagnostics": {}}
-    folder.write_results({"manifest": {"seed": 1}, "results": [result]})
+    folder.write_results(ResultsFile.of({"seed": 1}, [ResultEntry.from_json(result)]))
     folder.write_samples("org/model", "gsm8k", [{"doc_id": "0", "scores": {"m": 1.0}}])
     assert folder.samples_path("org/model", "gsm8k") == tmp_path / "run" / "samples" / "org_model" / "gsm8k.jsonl"
     shard = folder.store("org/model", "gsm8k", rank=2).shard_path
     assert shard == tmp_path / "run" / "store" / "org_model" / "gsm8k" / "shard-rank2.jsonl"
     for path in (tmp_path / "run", tmp_path / "run" / "results.json"):
         run = load_run(path)
-        assert run.name == "run" and run.manifest == {"seed": 1} and run.results == (result,)
+        assert run.name == "run" and run.manifest == {"seed": 1} and run.results == (ResultEntry.from_json(result),)
         assert run.samples("org/model", "gsm8k") == [{"doc_id": "0", "scores": {"m": 1.0}}]
     (tmp_path / "run" / "results.json").rename(tmp_path / "run" / "baseline.json")
     assert load_run(tmp_path / "run" / "baseline.json").name == "baseline"
