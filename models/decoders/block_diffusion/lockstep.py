@@ -17,7 +17,9 @@ The rows of a batch run in lockstep on absolute blocks, as the published batched
 starts at column 0, so every row holds the same number of cached entries): a row whose prompt still covers the
 current block, or whose masks are all filled, idles through the batch's peeks, which leave its cache untouched, so
 its tokens are those it gets alone. Finished rows leave the batch and the cache. Rows in flight, each on its own
-schedule, are ``stream``'s.
+schedule, are ``stream``'s. Commit steps are stamped in the batch's count of forwards on the device and turned into
+each row's own count at the end, from the forwards the host knows each row takes alone: not the peeks it idles
+through, nor the writes of its prompt's blocks after the first (alone they are its one prefill).
 
 On an accelerator every read of a device value by the host waits for the queue to drain, so the host tracks what
 it can and reads the rest once where it must decide: the prompt lengths and each window's (sub-block's) masks at
@@ -33,6 +35,7 @@ networks; docs/networks.md). docs/decoders.md describes the rules and where they
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -50,9 +53,8 @@ from models.decoders.sampling import Draws, check_inputs
 class Rows:
     """The rows still decoding: their canvas [A, T] (prompt at column 0), prompt lengths, and on the host their last
     block index and each window's masks left (``masks_left[a][w]``, window w = columns [w * sub, (w + 1) * sub));
-    where their random numbers come from, and which input row each is. On the device too: each column's commit step
-    and re-takes (token editing), and each row's forwards as alone (``own`` [A, 1]: the ones it would take decoded
-    alone, which a commit step counts; idle peeks and the writes of its prompt's blocks after the first are not)."""
+    where their random numbers come from, and which input row each is; on the device, each column's forward (in the
+    batch's count) that last changed it, and its re-takes (token editing)."""
 
     canvas: torch.Tensor
     prompt_lengths: torch.Tensor
@@ -62,7 +64,6 @@ class Rows:
     origin: list[int]
     steps: torch.Tensor
     edits: torch.Tensor
-    own: torch.Tensor
 
     def keep(self, index: list[int], cache: Any) -> "Rows":
         """Only the rows at ``index``, in the cache too (the rest do no more work)."""
@@ -70,7 +71,7 @@ class Rows:
         draws = self.draws if self.draws.rows is None else Draws(None, tuple(self.draws.rows[i] for i in index))
         return Rows(self.canvas[index], self.prompt_lengths[index], [self.last_block[i] for i in index],
                     [self.masks_left[i] for i in index], draws, [self.origin[i] for i in index], self.steps[index],
-                    self.edits[index], self.own[index])
+                    self.edits[index])
 
 
 def _right_align(input_ids: torch.Tensor, attention_mask: torch.Tensor | None, total: int,
@@ -120,14 +121,14 @@ class _BlockDecode:
         masks_left = _masks_per_window(self.canvas, cfg.mask_id, self.sub)
         self.steps, self.edits = torch.zeros_like(self.canvas), torch.zeros_like(self.canvas)
         self.rows = Rows(self.canvas.clone(), self.lengths, last_block, masks_left, draws, list(range(n_rows)),
-                         self.steps.clone(), self.edits.clone(), torch.zeros((n_rows, 1), dtype=torch.long,
-                                                                             device=device))
+                         self.steps.clone(), self.edits.clone())
         self.network, self.cfg, self.device = network, cfg, device
         self.cache = network.new_cache(n_rows, self.total)
         self.eos = torch.tensor(cfg.eos_ids, device=device)
         self.schedule = transfer_schedule(size, cfg.denoising_steps)
         self.row_nfe = [0.0] * n_rows  # each row's share of the network calls
         self.row_forwards = [0] * n_rows  # the forwards each row took part in
+        self.own: list[list[int]] = [[] for _ in range(n_rows)]  # the batch's forwards each row takes alone
         self.nfe = 0
         self.written = 0  # columns whose K/V are in the cache
 
@@ -135,20 +136,22 @@ class _BlockDecode:
         cfg, size = self.cfg, self.cfg.block_length
         prefill = min(self.host_lengths) // size * size
         if prefill and not cfg.fused_commit:
-            self.first_token(self.forward(0, prefill, write=True, alone=True), prefill)
+            self.first_token(self.forward(0, prefill, write=True), prefill)
         for block in range(prefill // size, self.total // size):
             start, end = block * size, (block + 1) * size
             if self.decode_block(start, end) or self.finish_block(block, start, end):
                 break
-        return _output(self.canvas, self.steps, self.edits, self.lengths, cfg, self.nfe, self.row_nfe,
+        return _output(self.canvas, self.steps, self.edits, self.own, self.lengths, cfg, self.nfe, self.row_nfe,
                        self.row_forwards)
 
-    def forward(self, start: int, end: int, write: bool, alone: torch.Tensor | bool) -> torch.Tensor:
+    def forward(self, start: int, end: int, write: bool, alone: Sequence[bool] | None = None) -> torch.Tensor:
         """Logits of columns [start, end), their K/V kept if ``write``; with ``fused_commit`` the call also feeds and
-        writes the columns before ``start`` not written yet. ``alone`` ([A, 1] or all): the rows that take this
-        forward decoded alone (``Rows.own``)."""
+        writes the columns before ``start`` not written yet. ``alone`` (per row, None: every row): the rows that
+        take this forward decoded alone, the forwards their commit steps count (``own``)."""
         self.nfe += 1
-        self.rows.own += alone
+        for row, taken in zip(self.rows.origin, alone or [True] * len(self.rows.origin)):
+            if taken:
+                self.own[row].append(self.nfe)
         for row in self.rows.origin:
             self.row_nfe[row] += 1 / len(self.rows.origin)
             self.row_forwards[row] += 1
@@ -167,7 +170,7 @@ class _BlockDecode:
             rows, window = self.rows, column // self.sub  # column starts a block, so a window
             fill = rows.prompt_lengths <= column
             first = torch.where(fill, logits[:, -1].argmax(dim=-1), rows.canvas[:, column])
-            write_tokens(rows.canvas, rows.steps, slice(column, column + 1), first[:, None], rows.own)
+            write_tokens(rows.canvas, rows.steps, slice(column, column + 1), first[:, None], self.nfe)
             left = (rows.canvas[:, column:column + self.sub] == self.cfg.mask_id).sum(dim=1)
             for row_left, n in zip(rows.masks_left, left.tolist()):
                 row_left[window] = n
@@ -183,7 +186,7 @@ class _BlockDecode:
         commit_waits = not cfg.fused_commit and not cfg.commit_finished_block  # the commit depends on the answer
         stopped = holds_eos.tolist() if commit_waits else None
         if not cfg.fused_commit and (cfg.commit_finished_block or not all(stopped)):
-            alone = (rows.prompt_lengths[:, None] < end) | (start == 0)  # later blocks of a prompt: its prefill's
+            alone = [start == 0 or self.host_lengths[row] < end for row in rows.origin]  # a prompt's: its prefill's
             self.first_token(self.forward(start, end, write=True, alone=alone), end)
         done = [last <= block for last in rows.last_block]
         if not all(done):
@@ -214,11 +217,11 @@ class _BlockDecode:
             while any(row_left[window] for row_left in self.rows.masks_left):
                 current = self.rows.canvas[:, low:low + self.sub]
                 drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
-                open_rows = (current == cfg.mask_id).any(dim=1, keepdim=True)  # the others idle: not alone
-                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False, alone=open_rows),
+                alone = [bool(row_left[window]) for row_left in self.rows.masks_left]  # the others idle through it
+                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False, alone=alone),
                                                       current, low - start, step, self.schedule, self.rows.draws,
                                                       drawing)
-                write_tokens(self.rows.canvas, self.rows.steps, slice(low, low + self.sub), updated, self.rows.own)
+                write_tokens(self.rows.canvas, self.rows.steps, slice(low, low + self.sub), updated, self.nfe)
                 stopped = None
                 if cfg.eos_early_stop:
                     stopped = completes_to_eos(self.rows.canvas[:, :end], self.rows.prompt_lengths, self.eos,
@@ -246,16 +249,16 @@ class _BlockDecode:
         """LLaDA2.1's joint threshold (mask-to-token and token-to-token, as SGLang's ``JointThreshold`` runs it):
         each step fills masks by ``commit_rule`` and re-takes every generated token of the block whose proposal
         differs with confidence above ``edit_threshold``. A row is done when a step changes nothing, or after
-        ``max_post_edit_steps`` steps with no mask left; whether all are is read once per step."""
+        ``max_post_edit_steps`` steps with no mask left; which are is read once per step (alone, a row's block ends at
+        the step that makes it done, so it takes no later step of the block as its own)."""
         cfg, rows = self.cfg, self.rows
         columns = torch.arange(start, end, device=self.device)[None]
         editable = columns >= rows.prompt_lengths[:, None]
         done = torch.zeros(len(rows.origin), dtype=torch.bool, device=self.device)
         post_steps = torch.zeros_like(done, dtype=torch.long)
-        generating = editable.any(dim=1)  # alone, a row runs no block of its prompt's alone
+        alone = [self.host_lengths[row] < end for row in rows.origin]  # alone, a row runs no block of its prompt
         for step in range(cfg.block_length + cfg.max_post_edit_steps):
             current = rows.canvas[:, start:end]
-            alone = (generating & ~done)[:, None]  # alone, a row's block ends at the step that makes it done
             tokens, change = edit_changes(cfg, self.forward(start, end, write=False, alone=alone), current, editable,
                                           step, self.schedule)
             filled = ~(current == cfg.mask_id).any(dim=1)
@@ -264,18 +267,21 @@ class _BlockDecode:
             change &= ~done[:, None]
             done |= ~change.any(dim=1)
             rows.edits[:, start:end] += change & (current != cfg.mask_id)
-            write_tokens(rows.canvas, rows.steps, slice(start, end), torch.where(change, tokens, current), rows.own)
-            if bool(done.all()):
+            write_tokens(rows.canvas, rows.steps, slice(start, end), torch.where(change, tokens, current), self.nfe)
+            finished = done.tolist()
+            if all(finished):
                 return
+            alone = [taken and not gone for taken, gone in zip(alone, finished)]
 
 
-def _output(canvas: torch.Tensor, steps: torch.Tensor, edits: torch.Tensor, lengths: torch.Tensor,
-            cfg: BlockDiffusionConfig, nfe: int, row_nfe: list[float], row_forwards: list[int]) -> DecodeOutput:
+def _output(canvas: torch.Tensor, steps: torch.Tensor, edits: torch.Tensor, own: list[list[int]],
+            lengths: torch.Tensor, cfg: BlockDiffusionConfig, nfe: int, row_nfe: list[float],
+            row_forwards: list[int]) -> DecodeOutput:
     """Each row's ``gen`` tokens after its prompt, cut after the first end-of-sequence id, with their commit steps
-    (all read in one transfer)."""
+    (all read in one transfer) turned from the batch's count into the row's ``own``."""
     columns = lengths[:, None] + torch.arange(cfg.gen_length, device=canvas.device)[None]
     tokens = canvas.gather(1, columns)
     read = torch.stack([tokens, steps.gather(1, columns), edits.gather(1, columns)]).tolist()
-    results = tuple(row_result(*row, cfg, spent, forwards) for *row, spent, forwards in zip(*read, row_nfe,
-                                                                                            row_forwards))
+    results = tuple(row_result(ids, [bisect.bisect_right(taken, g) for g in at], re_takes, cfg, spent, forwards)
+                    for ids, at, re_takes, taken, spent, forwards in zip(*read, own, row_nfe, row_forwards))
     return DecodeOutput(rows=results, nfe=nfe, tokens=tokens)
