@@ -14,6 +14,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from harness.run.records import SampleRecord
 from reports.report_data import ReportData
 
 # "correct" for the browser's filters: the primary score is at least this (0/1 metrics: right; graded: mostly right).
@@ -46,17 +47,17 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _output(model_index: int, record: dict[str, Any], metric: str, limits: BrowserLimits) -> dict[str, Any]:
-    score = record.get("scores", {}).get(metric)
+def _output(model_index: int, record: SampleRecord, metric: str, limits: BrowserLimits) -> dict[str, Any]:
+    score = (record.scores or {}).get(metric)
     score = None if score is None else float(score)
     return {
         "m": model_index,
-        "text": clip(record.get("text"), limits.chars),
-        "extracted": {str(k): clip(v, 200) for k, v in (record.get("extracted") or {}).items()},
+        "text": clip(record.text, limits.chars),
+        "extracted": {str(k): clip(v, 200) for k, v in (record.extracted or {}).items()},
         "score": score,
         "ok": None if score is None or not math.isfinite(score) else score >= CORRECT_AT,
-        "truncated": bool(record.get("hit_max_tokens")),
-        "tokens": record.get("gen_tokens"),
+        "truncated": bool(record.hit_max_tokens),
+        "tokens": record.gen_tokens,
     }
 
 
@@ -69,10 +70,10 @@ def browser_payload(data: ReportData, limits: BrowserLimits = BrowserLimits()) -
         by_doc: dict[str, dict[str, Any]] = {}
         for index, label in enumerate(data.labels):
             for record in data.samples.get((label, task), []):
-                doc = str(record.get("doc_id"))
+                doc = str(record.doc_id)
                 item = by_doc.setdefault(doc, {
-                    "task": task, "doc": doc, "prompt": clip(record.get("prompt"), limits.chars),
-                    "prompt_model": index, "target": clip(record.get("target"), 1000), "outputs": [],
+                    "task": task, "doc": doc, "prompt": clip(record.prompt, limits.chars),
+                    "prompt_model": index, "target": clip(record.target, 1000), "outputs": [],
                 })
                 item["outputs"].append(_output(index, record, metrics[(label, task)], limits))
         for item in by_doc.values():

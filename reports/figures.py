@@ -214,7 +214,7 @@ def latency_boxes(data: ReportData) -> Chart | None:
             records = data.samples.get((label, task))
             if not records:
                 continue
-            latencies = [float(r["latency_s"]) for r in records if not r.get("warmup") and "latency_s" in r]
+            latencies = [float(r.latency_s) for r in records if not r.warmup]
             if latencies:
                 groups.append((f"{label} · {task}", latencies, i))
     if not groups:

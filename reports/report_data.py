@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from harness.errors import UserError
 from harness.run.compare import Labelled, comparability_warnings, label_results
 from harness.run.folder import Run, load_run
+from harness.run.records import SampleRecord
 from reports.published import COLUMNS, paper_column
 
 
@@ -55,7 +56,7 @@ class ReportData:
     labels: tuple[str, ...]  # table rows, in run order
     tasks: tuple[str, ...]  # table columns, the paper's order first
     paper_columns: dict[str, str | None]  # task -> the paper's column, as the task recorded it in the manifest
-    samples: dict[tuple[str, str], list[dict[str, Any]]]  # (label, task) -> scored sample records
+    samples: dict[tuple[str, str], list[SampleRecord]]  # (label, task) -> scored sample records
     warnings: tuple[str, ...]
     baseline: str | None
 

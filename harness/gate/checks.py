@@ -30,7 +30,7 @@ from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, G
                                  Speed)
 from harness.gate.retiming import read_speed, speed_entry
 from harness.run.folder import Run, load_run
-from harness.run.records import ResultEntry
+from harness.run.records import ResultEntry, SampleRecord, as_json
 from harness.stats.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
 from harness.stats.estimates import holm_adjust
 
@@ -77,13 +77,13 @@ def check_comparable(base: ResultEntry, cand: ResultEntry, allow_decoding_change
     return notes
 
 
-def accuracy_test(base: ResultEntry, cand: ResultEntry, base_samples: list[dict] | None,
-                  cand_samples: list[dict] | None) -> AccuracyTest:
+def accuracy_test(base: ResultEntry, cand: ResultEntry, base_samples: list[SampleRecord] | None,
+                  cand_samples: list[SampleRecord] | None) -> AccuracyTest:
     where = f"{base.model} · {base.task}"
     metric = base.primary_metric
     if base_samples and cand_samples:
         try:
-            return paired_test(pair_by_doc(base_samples, cand_samples, metric, where))
+            return paired_test(pair_by_doc(as_json(base_samples), as_json(cand_samples), metric, where))
         except PairingError as error:
             raise GateError(str(error)) from None
     b, c = base.metrics.get(metric), cand.metrics.get(metric)

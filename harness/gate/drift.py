@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from harness.run.records import SampleRecord, as_json
 from harness.stats.aggregate import row_forwards
 
 EXAMPLES = 3  # changed samples listed by doc id and first differing position
@@ -54,35 +55,35 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _by_doc(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {str(r["doc_id"]): r for r in records}
+def _by_doc(records: Sequence[SampleRecord]) -> dict[str, SampleRecord]:
+    return {str(r.doc_id): r for r in records}
 
 
-def output_drift(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]], decoding: dict[str, Any]) -> Drift:
-    """Compare token ids per doc id, in baseline order; samples without ``token_ids`` on either side are skipped."""
+def output_drift(base: Sequence[SampleRecord], cand: Sequence[SampleRecord], decoding: dict[str, Any]) -> Drift:
+    """Compare token ids per doc id, in baseline order."""
     b, c = _by_doc(base), _by_doc(cand)
     compared, changes = 0, []
     for doc, record in b.items():
         other = c.get(doc)
-        if other is None or "token_ids" not in record or "token_ids" not in other:
+        if other is None:
             continue
         compared += 1
-        position = first_difference(record["token_ids"], other["token_ids"])
+        position = first_difference(record.token_ids, other.token_ids)
         if position is not None:
-            changes.append(Change(doc, position, len(record["token_ids"]), len(other["token_ids"])))
+            changes.append(Change(doc, position, len(record.token_ids), len(other.token_ids)))
     return Drift(compared, len(changes), tuple(changes[:EXAMPLES]), is_deterministic(decoding))
 
 
-def forwards_per_token(records: Sequence[dict[str, Any]], docs: set[str] | None = None) -> float | None:
+def forwards_per_token(records: Sequence[SampleRecord], docs: set[str] | None = None) -> float | None:
     """Forwards each row took part in per generated token over the given doc ids (all when None; the inverse of
     tokens per forward); None without tokens or where a record's forwards are unknown."""
-    chosen = [r for r in records if docs is None or str(r["doc_id"]) in docs]
-    tokens = sum(r.get("gen_tokens", 0) for r in chosen)
-    forwards = [row_forwards(r) for r in chosen]
+    chosen = [r for r in records if docs is None or str(r.doc_id) in docs]
+    tokens = sum(r.gen_tokens for r in chosen)
+    forwards = [row_forwards(r) for r in as_json(chosen)]
     if not tokens or any(f is None for f in forwards):
         return None
     return sum(forwards) / tokens
 
 
-def shared_docs(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]]) -> set[str]:
+def shared_docs(base: Sequence[SampleRecord], cand: Sequence[SampleRecord]) -> set[str]:
     return set(_by_doc(base)) & set(_by_doc(cand))

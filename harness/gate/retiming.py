@@ -215,8 +215,8 @@ def measure_run(run: Run, settings: SpeedSettings, make_adapter: AdapterFactory 
             records = records[: settings.samples]
             adapter = make_adapter(result, device)
             config = config_for_result(adapter, result)
-            measures.append(measure(adapter, config, [r["prompt"] for r in records],
-                                    [r.get("token_ids", []) for r in records], int(result.manifest["canvas_tokens"]),
+            measures.append(measure(adapter, config, [r.prompt for r in records],
+                                    [r.token_ids for r in records], int(result.manifest["canvas_tokens"]),
                                     settings.passes, result.model, result.task))
     finally:
         torch.set_num_threads(threads)

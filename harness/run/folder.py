@@ -26,7 +26,7 @@ from typing import Any, Iterator, Sequence
 
 from harness.errors import RunError, UserError
 from harness.files import JSONLError, read_jsonl, write_atomic, write_json_atomic, write_jsonl_atomic
-from harness.run.records import RecordError, ResultEntry, ResultsFile
+from harness.run.records import RecordError, ResultEntry, ResultsFile, SampleRecord, as_json
 from harness.run.store import SampleStore, safe_name
 
 RESULTS_NAME = "results.json"
@@ -139,9 +139,9 @@ class RunFolder:
         write_json_atomic(self.results_path, results.to_json())
         return self.results_path
 
-    def write_samples(self, model: str, task: str, records: Sequence[dict[str, Any]]) -> Path:
+    def write_samples(self, model: str, task: str, records: Sequence[SampleRecord]) -> Path:
         path = self.samples_path(model, task)
-        write_jsonl_atomic(path, records)
+        write_jsonl_atomic(path, as_json(records))
         return path
 
     def write_table(self, table: str, csv_text: str) -> Path:
@@ -173,15 +173,19 @@ class RunFolder:
         except RecordError as error:
             raise RunLoadError(f"{path}: {error}") from None
 
-    def read_samples(self, model: str, task: str) -> list[dict[str, Any]] | None:
+    def read_samples(self, model: str, task: str) -> list[SampleRecord] | None:
         """The scored sample records of one (model, task), or None when the run carries none (a bare results file)."""
         path = self.samples_path(model, task)
         if not path.is_file():
             return None
         records = []
         try:
-            for number, record in read_jsonl(path):
-                if not isinstance(record, dict) or "doc_id" not in record or "scores" not in record:
+            for number, line in read_jsonl(path):
+                try:
+                    record = SampleRecord.from_json(line)
+                except RecordError as error:
+                    raise RunLoadError(f"{path}: line {number} is not a scored sample record ({error})") from None
+                if record.doc_id is None or not record.scored:
                     raise RunLoadError(f"{path}: line {number} is not a scored sample record")
                 records.append(record)
         except JSONLError as error:
@@ -231,7 +235,7 @@ class Run:
     def result(self, model: str, task: str) -> ResultEntry | None:
         return self.file.result(model, task)
 
-    def samples(self, model: str, task: str) -> list[dict[str, Any]] | None:
+    def samples(self, model: str, task: str) -> list[SampleRecord] | None:
         return self.folder.read_samples(model, task)
 
 

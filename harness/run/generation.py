@@ -1,6 +1,6 @@
 """The generation loop shared by the runner and the lm-eval model: device, seed, batches, timed decode, records.
 
-Both callers hand it requests and get back, batch by batch, one record per request with the fields of
+Both callers hand it requests and get back, batch by batch, one ``SampleRecord`` per request with the fields of
 docs/measurement.md; the runner stores each batch before the next starts, the lm-eval model keeps them for its speed
 log. Only the decoder call is timed (tokenisation excluded), with the device synchronised on both sides.
 """
@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from harness.errors import RunError
+from harness.run.records import SampleRecord
 from harness.run.schedule import CONTINUOUS, STATIC
 from harness.timing.forward_timer import ForwardTimer, timed_network
 from harness.timing.clock import reset_peak_memory, synchronize, timed
@@ -69,7 +70,7 @@ class Batch:
     """One decoded batch: the positions of its requests in the caller's list and a record per request."""
 
     indices: Sequence[int]
-    records: list[dict[str, Any]]
+    records: list[SampleRecord]
 
 
 def same_canvas_batches(requests: Sequence[GenerationRequest], size: int,
@@ -128,11 +129,11 @@ def generate_streamed(adapter: ModelAdapter, config: Any, requests: Sequence[Gen
     return [g for step in steps if step.finished for g in adapter.finish_some(batch, step.finished)], seconds
 
 
-def timing_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
-                  rank: int, forward_seconds: float | None = None) -> dict[str, Any]:
-    """The measurement fields of one sample; a batch's time (and its time inside forwards) is split evenly across
-    its rows."""
-    return {
+def sample_record(prompt: str, generation: Generation, seconds: float, batch_size: int, warmup: bool,
+                  rank: int, forward_seconds: float | None = None) -> SampleRecord:
+    """One request's record of a static batch; the batch's time (and its time inside forwards) is split evenly
+    across its rows. The fields an adapter's own ``Generation`` adds are kept with it."""
+    return SampleRecord.from_json({
         "prompt": prompt,
         **dataclasses.asdict(generation),
         "latency_s": seconds / batch_size,
@@ -142,7 +143,7 @@ def timing_record(prompt: str, generation: Generation, seconds: float, batch_siz
         "schedule": STATIC,
         "warmup": warmup,
         "rank": rank,
-    }
+    })
 
 
 def generate_batches(adapter: ModelAdapter, config: Any, requests: Sequence[GenerationRequest],
@@ -169,7 +170,7 @@ def static_batch(adapter: ModelAdapter, config: Any, requests: Sequence[Generati
                  warm: bool, rank: int) -> Batch:
     """One decoder call on ``requests[positions]``, timed as a whole and split across its rows."""
     prompts, generations, seconds, forward_s = generate_timed(adapter, config, [requests[i] for i in positions])
-    return Batch(positions, [timing_record(prompt, gen, seconds, len(positions), warm, rank, forward_s)
+    return Batch(positions, [sample_record(prompt, gen, seconds, len(positions), warm, rank, forward_s)
                              for prompt, gen in zip(prompts, generations)])
 
 
@@ -204,11 +205,11 @@ def stream_batches(adapter: ModelAdapter, config: Any, requests: Sequence[Genera
                 records = []
                 for (i, _), generation in zip(step.finished, adapter.finish_some(batch, step.finished)):
                     queued, forward_s = joined.pop(i), inside.pop(i)
-                    record = timing_record(batch.prompts[i], generation, now - start - queued, 1, False,
+                    record = sample_record(batch.prompts[i], generation, now - start - queued, 1, False,
                                            settings.rank, forward_s if timer is not None else None)
-                    records.append({**record, "batch_latency_s": None, "batch_size": settings.batch_size,
-                                    "schedule": CONTINUOUS, "queue_s": queued, "phase": phase,
-                                    "phase_elapsed_s": now - start})
+                    records.append(dataclasses.replace(
+                        record, batch_latency_s=None, batch_size=settings.batch_size, schedule=CONTINUOUS,
+                        queue_s=queued, phase=phase, phase_elapsed_s=now - start))
                 yield Batch([i for i, _ in step.finished], records)
                 paused += time.perf_counter() - stopped
             step_start = time.perf_counter() - paused

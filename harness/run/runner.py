@@ -26,7 +26,7 @@ from harness.run.manifest import environment
 from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
 from harness.run.presets import SMOKE_CANVAS, smoke_canvas
-from harness.run.records import ResultEntry, ResultsFile
+from harness.run.records import ResultEntry, ResultsFile, SampleRecord, as_json
 from harness.run.schedule import CONTINUOUS
 from harness.run.threads import apply_threads
 from harness.run.store import SampleStore, sample_key
@@ -113,29 +113,20 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
     bar = tqdm(total=done + len(pending), initial=done, desc=label, unit="sample", disable=not settings.progress,
                dynamic_ncols=True)
     for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
-        store.append([{"key": pending[i].key, "doc_id": pending[i].doc.id, **record}
+        store.append([dataclasses.replace(record, key=pending[i].key, doc_id=pending[i].doc.id)
                       for i, record in zip(batch.indices, batch.records)])
         bar.update(len(batch.indices))
     bar.close()
     store.write_peak_memory(peak_memory_bytes(adapter.device))
 
 
-def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str, dict[str, Any]]) -> list[dict]:
+def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str, SampleRecord]) -> list[SampleRecord]:
     """Score every stored generation of this plan, in plan order; the scorer runs on all of them at once."""
     present = [p for p in planned if p.key in stored]
-    scores = task.score([p.doc for p in present], [stored[p.key]["text"] for p in present])
-    samples = []
-    for p, score in zip(present, scores):
-        record = dict(stored[p.key])
-        record.update({
-            "group": p.doc.group,
-            "target": score.target,
-            "extracted": score.extracted,
-            "scores": score.scores,
-            "diagnostics": score.diagnostics,
-        })
-        samples.append(record)
-    return samples
+    scores = task.score([p.doc for p in present], [stored[p.key].text for p in present])
+    return [dataclasses.replace(stored[p.key], group=p.doc.group, target=score.target, extracted=score.extracted,
+                                scores=score.scores, diagnostics=score.diagnostics)
+            for p, score in zip(present, scores)]
 
 
 @dataclass
@@ -317,7 +308,8 @@ class Runner:
                   f"yet; scoring the {len(job.planned) - missing} stored")
         samples = score_samples(job.task, job.planned, stored)
         self.folder.write_samples(job.spec.name, job.task.name, samples)
-        summary = aggregate(samples, job.task.primary_metric, s.batch_size, store.peak_memory(), self.device.type)
+        summary = aggregate(as_json(samples), job.task.primary_metric, s.batch_size, store.peak_memory(),
+                            self.device.type)
         return ResultEntry.from_json({
             "model": job.spec.name,
             "task": job.task.name,

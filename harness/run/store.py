@@ -17,6 +17,7 @@ from typing import Any, Iterable
 
 from harness.errors import RunError
 from harness.files import JSONLError, jsonl_text, read_jsonl, write_atomic
+from harness.run.records import RecordError, SampleRecord
 
 
 def sample_key(**parts: Any) -> str:
@@ -35,17 +36,19 @@ class SampleStore:
         self.folder = folder
         self.shard_path = folder / f"shard-{safe_name(shard)}.jsonl"
 
-    def load(self) -> dict[str, dict[str, Any]]:
+    def load(self) -> dict[str, SampleRecord]:
         """All stored records by key, merged over shards; the first copy of a duplicated key wins."""
-        records: dict[str, dict[str, Any]] = {}
+        records: dict[str, SampleRecord] = {}
         if not self.folder.exists():
             return records
         for path in sorted(self.folder.glob("shard-*.jsonl")):
             try:
-                # tolerant: a torn last line or a line that is not JSON is skipped, so those samples are regenerated
-                for _, record in read_jsonl(path, tolerant=True):
-                    if isinstance(record, dict) and "key" in record:
-                        records.setdefault(record["key"], record)
+                # tolerant: a torn last line, a line that is not JSON or not a whole record is skipped, so those
+                # samples are regenerated
+                for _, line in read_jsonl(path, tolerant=True):
+                    record = _record(line)
+                    if record is not None and record.key is not None:
+                        records.setdefault(record.key, record)
             except JSONLError as error:  # in tolerant mode only bytes that are not UTF-8: damage, not a torn write
                 raise RunError(f"store shard {error.path} line {error.line} is {error.reason} (damaged on disk?); "
                                f"delete that line, or the whole file to regenerate its samples, and rerun") from None
@@ -60,8 +63,8 @@ class SampleStore:
         peaks = [int(p.read_text()) for p in self.folder.glob("shard-*.peak")] if self.folder.exists() else []
         return max(peaks, default=None)
 
-    def append(self, records: Iterable[dict[str, Any]]) -> None:
-        lines = jsonl_text(list(records))
+    def append(self, records: Iterable[SampleRecord]) -> None:
+        lines = jsonl_text([r.to_json() for r in records])
         if not lines:
             return
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -70,6 +73,14 @@ class SampleStore:
             handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
+
+
+def _record(line: Any) -> SampleRecord | None:
+    """A stored line as a record, or None when it is not one."""
+    try:
+        return SampleRecord.from_json(line)
+    except RecordError:
+        return None
 
 
 def _repair_torn_tail(path: Path) -> None:

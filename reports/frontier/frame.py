@@ -24,6 +24,7 @@ import pandas as pd
 
 from harness.sweep.crossover import Crossing, crossings
 from harness.run.folder import RunLoadError, load_run
+from harness.run.records import as_json
 from harness.stats.significance import PairingError, pair_by_doc, paired_test
 from harness.stats.estimates import holm_adjust
 from harness.sweep.plan import SweepPlan, SweepTiming, load_plan, load_timing
@@ -143,7 +144,8 @@ def _group_rows(group: list[dict[str, Any]], reference: str, alpha: float, notes
             tests.append(None)
             continue
         try:
-            tests.append(paired_test(pair_by_doc(ref["samples"], r["samples"], r["metric"], r["point"].name)))
+            tests.append(paired_test(pair_by_doc(as_json(ref["samples"]), as_json(r["samples"]), r["metric"],
+                                                 r["point"].name)))
         except PairingError as error:
             notes.append(str(error))
             tests.append(None)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from harness.stats.aggregate import aggregate
 from harness.run.folder import RunFolder
-from harness.run.records import ResultEntry, ResultsFile
+from harness.run.records import ResultEntry, ResultsFile, SampleRecord
 from tasks.registry import make_task, task_names
 
 METRIC = "exact_match,flexible-extract"
@@ -37,6 +37,13 @@ def samples(scores: Sequence[float], *, texts: Sequence[str] | None = None, toke
             "diagnostics": {"empty": not text, "invalid": False},
         })
     return records
+
+
+def stored(key: str, text: str = "x") -> SampleRecord:
+    """A generated, unscored record, as the resume store keeps it."""
+    return SampleRecord(key=key, doc_id=key, prompt=f"Question {key}", text=text, raw_text=text, token_ids=[1, 2],
+                        gen_tokens=2, gen_tokens_after_stop=2, canvas_tokens=8, nfe=2.0, hit_max_tokens=False,
+                        latency_s=0.1, batch_latency_s=0.1, batch_size=1, warmup=False)
 
 
 @dataclass
@@ -94,5 +101,5 @@ def write_run(folder: Path, entries: Sequence[Entry], with_samples: bool = True,
     run.write_results(ResultsFile.of(manifest, [ResultEntry.from_json(result(e)) for e in entries]))
     if with_samples:
         for e in entries:
-            run.write_samples(e.model, e.task, e.records)
+            run.write_samples(e.model, e.task, [SampleRecord.from_json(r) for r in e.records])
     return folder

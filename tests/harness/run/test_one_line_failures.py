@@ -7,11 +7,12 @@ import torch
 
 from harness.errors import RunError
 from harness.run.store import SampleStore
+from run_folders import stored
 
 
 def test_non_utf8_shard_names_the_file_and_line(tmp_path):
     store = SampleStore(tmp_path / "s", shard="rank0")
-    store.append([{"key": "a", "v": 1}])
+    store.append([stored("a")])
     with store.shard_path.open("ab") as handle:
         handle.write(b'{"key": "b", "v": "\xff\xfe"}\n')
     with pytest.raises(RunError) as error:
@@ -23,7 +24,7 @@ def test_non_utf8_shard_names_the_file_and_line(tmp_path):
 
 def test_torn_non_utf8_tail_is_a_torn_line(tmp_path):
     store = SampleStore(tmp_path / "s", shard="rank0")
-    store.append([{"key": "a", "v": 1}])
+    store.append([stored("a")])
     with store.shard_path.open("ab") as handle:
         handle.write('{"key": "b", "v": "é'.encode()[:-1])  # killed inside a two-byte character
     assert set(store.load()) == {"a"}

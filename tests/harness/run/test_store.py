@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import stat
+from dataclasses import replace
 
 import pytest
 
@@ -13,6 +14,7 @@ from harness.files import JSONLError, read_jsonl, write_atomic
 from harness.run.folder import RunFolder, RunLoadError, load_run
 from harness.run.records import ResultEntry, ResultsFile
 from harness.run.store import SampleStore, sample_key
+from run_folders import stored
 
 
 def test_keys_depend_on_every_part_and_not_on_order():
@@ -24,19 +26,19 @@ def test_keys_depend_on_every_part_and_not_on_order():
 
 def test_append_load_and_torn_tail(tmp_path):
     store = SampleStore(tmp_path / "s", shard="rank0")
-    store.append([{"key": "a", "v": 1}, {"key": "b", "v": 2}])
+    store.append([stored("a"), stored("b")])
     with store.shard_path.open("a") as handle:
-        handle.write('{"key": "c", "v": 3')  # a writer killed mid-line
+        handle.write('{"key": "c", "text": "3"')  # a writer killed mid-line
     assert set(store.load()) == {"a", "b"}
-    store.append([{"key": "c", "v": 4}])
+    store.append([stored("c", "4")])
     lines = store.shard_path.read_text().splitlines()
     assert [json.loads(line)["key"] for line in lines] == ["a", "b", "c"]
-    assert store.load()["c"]["v"] == 4
+    assert store.load()["c"] == stored("c", "4")
 
 
 def test_shards_merge_without_duplicates(tmp_path):
-    SampleStore(tmp_path, shard="rank0").append([{"key": "a", "v": 1}, {"key": "b", "v": 2}])
-    SampleStore(tmp_path, shard="rank1").append([{"key": "b", "v": 2}, {"key": "c", "v": 3}])
+    SampleStore(tmp_path, shard="rank0").append([stored("a"), stored("b")])
+    SampleStore(tmp_path, shard="rank1").append([stored("b"), stored("c")])
     merged = SampleStore(tmp_path, shard="rank0").load()
     assert sorted(merged) == ["a", "b", "c"]
 
@@ -56,7 +58,7 @@ def test_run_folder_files_follow_the_umask(tmp_path, mask, mode):
     folder = RunFolder(tmp_path / "run")
     with umask(mask):
         results = folder.write_results(ResultsFile({}, ()))
-        samples = folder.write_samples("org/model", "gsm8k", [{"doc_id": "0", "scores": {}}])
+        samples = folder.write_samples("org/model", "gsm8k", [replace(stored("0"), scores={})])
         write_atomic(tmp_path / "plain.txt", "x")
     for path in (results, samples, tmp_path / "plain.txt"):
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
@@ -68,14 +70,15 @@ def test_run_folder_layout_is_read_back_as_written(tmp_path):
     result = {"model": "org/model", "task": "gsm8k", "manifest": {}, "n_samples": 1, "primary_metric": "m",
               "metrics": {}, "speed": {}, "diagnostics": {}}
     folder.write_results(ResultsFile.of({"seed": 1}, [ResultEntry.from_json(result)]))
-    folder.write_samples("org/model", "gsm8k", [{"doc_id": "0", "scores": {"m": 1.0}}])
+    scored = replace(stored("0"), scores={"m": 1.0})
+    folder.write_samples("org/model", "gsm8k", [scored])
     assert folder.samples_path("org/model", "gsm8k") == tmp_path / "run" / "samples" / "org_model" / "gsm8k.jsonl"
     shard = folder.store("org/model", "gsm8k", rank=2).shard_path
     assert shard == tmp_path / "run" / "store" / "org_model" / "gsm8k" / "shard-rank2.jsonl"
     for path in (tmp_path / "run", tmp_path / "run" / "results.json"):
         run = load_run(path)
         assert run.name == "run" and run.manifest == {"seed": 1} and run.results == (ResultEntry.from_json(result),)
-        assert run.samples("org/model", "gsm8k") == [{"doc_id": "0", "scores": {"m": 1.0}}]
+        assert run.samples("org/model", "gsm8k") == [scored]
     (tmp_path / "run" / "results.json").rename(tmp_path / "run" / "baseline.json")
     assert load_run(tmp_path / "run" / "baseline.json").name == "baseline"
     with pytest.raises(RunLoadError, match="folder without results.json"):

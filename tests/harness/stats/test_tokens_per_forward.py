@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from harness.run.compare import Labelled, comparability_warnings, implementation_label
+from harness.run.records import ResultEntry
 from harness.timing.forward_timer import ForwardTimer
 from harness.stats.aggregate import row_forwards, speed_figures, tokens_per_forward
 from models.base import GenerationRequest, Message
@@ -54,7 +55,7 @@ def test_ar_shows_one_token_per_forward_at_batch_eight(qwen3, network):
 def test_a_speed_comparison_across_implementations_is_flagged():
     def entry(model: str, implementation: dict | None) -> Labelled:
         manifest = {} if implementation is None else {"implementation": implementation}
-        return Labelled(model, None, {"model": model, "task": "gsm8k", "manifest": manifest, "n_samples": 1})
+        return Labelled(model, None, ResultEntry(model, "gsm8k", manifest, 1, "x", {}, speed={}, diagnostics={}))
 
     native = {"network": "native", "attention": "sdpa", "compiled": False}
     same = comparability_warnings([entry("refusion", native), entry("qwen3", native)])
