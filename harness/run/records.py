@@ -44,8 +44,13 @@ def _split(cls: type, data: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return {k: v for k, v in data.items() if k in known}, {k: v for k, v in data.items() if k not in known}
 
 
-def _missing(keys: Sequence[str], data: Any) -> list[str]:
-    return [k for k in keys if k not in data] if isinstance(data, Mapping) else list(keys)
+def _record(cls: type, required: Sequence[str], data: Any) -> Any:
+    """``cls`` from its JSON: the required keys checked, absent fields at their defaults, unknown keys kept."""
+    missing = [k for k in required if k not in data] if isinstance(data, Mapping) else list(required)
+    if missing:
+        raise RecordError(f"lacks {', '.join(missing)}")
+    known, extra = _split(cls, data)
+    return cls(**known, extra=extra)
 
 
 def _json(record: Any) -> dict[str, Any]:
@@ -89,10 +94,7 @@ class SampleRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> SampleRecord:
-        if missing := _missing(SAMPLE_KEYS, data):
-            raise RecordError(f"lacks {', '.join(missing)}")
-        known, extra = _split(cls, data)
-        return cls(**known, extra=extra)
+        return _record(cls, SAMPLE_KEYS, data)
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in _json(self).items()
@@ -126,10 +128,7 @@ class ResultEntry:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ResultEntry:
-        if missing := _missing(RESULT_KEYS, data):
-            raise RecordError(f"lacks {', '.join(missing)}")
-        known, extra = _split(cls, data)
-        return cls(**known, extra=extra)
+        return _record(cls, RESULT_KEYS, data)
 
     def to_json(self) -> dict[str, Any]:
         return _json(self)
