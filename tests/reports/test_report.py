@@ -11,6 +11,7 @@ import pytest
 
 from harness.run.folder import RunLoadError, load_run
 from models.registry import MODELS
+from reports.attribution_table import attribution_frame
 from reports.browser import BrowserLimits, browser_payload, script_json
 from reports.command import main_report
 from reports.html import write_report
@@ -270,3 +271,20 @@ def test_missing_speed_and_scores_still_render(tmp_path, rf):
     text = re.sub(r'src="data:[^"]*"', "", html)
     assert "nan" not in re.sub(r"[^a-z]+", " ", text.lower()).split()
     assert "Needs at least two models" in html  # no speed, so no scatter point
+
+
+def test_attribution_is_read_from_each_runs_results_not_recomputed(tmp_path, rf):
+    """The attribution table shows what results.json says, with the report's labels; a baseline in another run is
+    not paired with a model."""
+    ar, fast = rf.Entry("ar", "gsm8k", rf.samples([1.0] * 4)), rf.Entry("fast", "gsm8k", rf.samples([1.0] * 4,
+                                                                                                   latency=0.25))
+    fast.kind = "llada"
+    run = rf.write_run(tmp_path / "run", [ar, fast])
+    payload = json.loads((run / "results.json").read_text())
+    assert [(a["model"], a["baseline"], round(a["speed_ratio"], 6)) for a in payload["attribution"]] == \
+        [("fast", "ar", 2.0)]
+    payload["attribution"][0]["speed_ratio"] = 7.5
+    (run / "results.json").write_text(json.dumps(payload))
+    assert list(attribution_frame(gather([run]))["speed ×"]) == [7.5]
+    apart = [rf.write_run(tmp_path / "a", [ar]), rf.write_run(tmp_path / "b", [fast])]
+    assert attribution_frame(gather(apart)).empty
