@@ -309,5 +309,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
-        print("interrupted: finished samples are stored; rerun the same command to resume", file=sys.stderr)
+        print("interrupted: finished samples are stored; rerun the same command to resume (or `run_eval.py report "
+              "RUN` for the report of the jobs a run finished)", file=sys.stderr)
         return 130
