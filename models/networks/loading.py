@@ -8,9 +8,7 @@ The network is built on the meta device and the checkpoint tensors are assigned 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from safetensors import safe_open
@@ -18,38 +16,17 @@ from safetensors.torch import save_file
 from torch import nn
 
 from harness.errors import UserError
+from models.families import NETWORK_KINDS
+from models.family import NetworkKind
 from models.networks.common import RMSNorm
-from models.networks.dream import DreamNetworkConfig, DreamNetwork, FastDLLMv2Config, Qwen2NetworkConfig
-from models.networks.llada import LLaDANetworkConfig, LLaDANetwork
+from models.networks.dream import DreamNetwork, DreamNetworkConfig
+from models.networks.llada import LLaDANetwork, LLaDANetworkConfig
 from models.networks.llada2 import LLaDA2Network, LLaDA2NetworkConfig
-from models.networks.qwen3 import Qwen3NetworkConfig, Qwen3Network
+from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
 
-Kind = Literal["llada", "dream", "qwen3", "qwen2", "sdar", "fastdllm-v2", "llada2"]
+Kind = str  # a key of NETWORK_KINDS, which the families declare (models/families/)
 Network = LLaDANetwork | DreamNetwork | Qwen3Network | LLaDA2Network
 Config = LLaDANetworkConfig | DreamNetworkConfig | Qwen3NetworkConfig | LLaDA2NetworkConfig
-
-
-@dataclass(frozen=True)
-class NetworkKind:
-    """What a kind loads: its config class, its network, its name in messages, and the config.json ``model_type``
-    values (lower-cased) that are checkpoints of it. SDAR/TraDo are Qwen3 networks and Fast-dLLM v2 a Qwen2 (Dream)
-    one; only their configs say which decoder they were trained for."""
-
-    config: type
-    network: type
-    label: str
-    model_types: frozenset[str]
-
-
-_KINDS: dict[str, NetworkKind] = {
-    "llada": NetworkKind(LLaDANetworkConfig, LLaDANetwork, "LLaDA", frozenset({"llada"})),
-    "dream": NetworkKind(DreamNetworkConfig, DreamNetwork, "Dream", frozenset({"dream"})),
-    "qwen3": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "Qwen3", frozenset({"qwen3"})),
-    "qwen2": NetworkKind(Qwen2NetworkConfig, DreamNetwork, "Qwen2", frozenset({"qwen2"})),
-    "sdar": NetworkKind(Qwen3NetworkConfig, Qwen3Network, "SDAR", frozenset({"sdar"})),
-    "fastdllm-v2": NetworkKind(FastDLLMv2Config, DreamNetwork, "Fast-dLLM v2", frozenset({"fast_dllm_qwen"})),
-    "llada2": NetworkKind(LLaDA2NetworkConfig, LLaDA2Network, "LLaDA2", frozenset({"llada2_moe"})),
-}
 _DTYPES = {
     "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
     "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
@@ -73,20 +50,20 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def _kind(kind: str) -> NetworkKind:
-    if kind not in _KINDS:
-        raise ValueError(f"unknown network kind {kind!r}; use {', '.join(map(repr, _KINDS))}")
-    return _KINDS[kind]
+    if kind not in NETWORK_KINDS:
+        raise ValueError(f"unknown network kind {kind!r}; use {', '.join(map(repr, NETWORK_KINDS))}")
+    return NETWORK_KINDS[kind]
 
 
 def kind_of(network: nn.Module) -> Kind:
     """Among the kinds of the network's class, the one its config's model_type names (else the first: a Qwen3 network
     of a checkpoint that names no known model_type is ``qwen3``)."""
-    matches = [kind for kind, spec in _KINDS.items() if isinstance(network, spec.network)]
+    matches = [kind for kind, spec in NETWORK_KINDS.items() if isinstance(network, spec.network)]
     if not matches:
         raise ValueError(f"not a native network: {type(network).__name__}")
     model_type = str(network.config.model_type).lower()
-    named = (kind for kind in matches if model_type in _KINDS[kind].model_types)
-    return next(named, matches[0])  # type: ignore[return-value]
+    named = (kind for kind in matches if model_type in NETWORK_KINDS[kind].model_types)
+    return next(named, matches[0])
 
 
 # ---- building -----------------------------------------------------------------------------------------------------
@@ -96,7 +73,7 @@ def build_network(config: Config, device: torch.device | str = "cpu", dtype: tor
                   seed: int | None = None) -> Network:
     """A network with fresh weights; with ``seed``, deterministic weights that make every parameter matter (norm
     weights 1 + 0.1 N, biases 0.1 N, linears N(0, 1/fan_in), embeddings N(0, 1)): for tiny offline models."""
-    cls = next(spec.network for spec in _KINDS.values() if isinstance(config, spec.config))
+    cls = next(spec.network for spec in NETWORK_KINDS.values() if isinstance(config, spec.config))
     with torch.device(device):
         network = cls(config)
     network = network.to(resolve_dtype(dtype))
