@@ -7,7 +7,7 @@ into lm-eval's results file under ``config.dllm_harness``, and also into a folde
 plus per-sample ``dllm_speed_samples_<task>_<time>.jsonl``: DIR is ``speed_output=DIR``, else the environment
 variable ``DLLM_LMEVAL_SPEED_OUTPUT``, else lm-eval's ``--output_path`` when run from its command line.
 
-Model arguments: ``model`` (a harness registry name or ``hf:<id or path>``; each lm-eval name below has a default),
+Model arguments: ``model`` (a harness registry name or ``hf:<id or path>``; each family's lm-eval alias has a default),
 ``device`` (auto), ``dtype`` (auto), ``batch_size`` (1), ``warmup`` (1 sample per task left out of the speed
 figures), ``seed`` (1234), ``gen_length`` (canvas for every request; else ``max_gen_toks``, else 512),
 ``speed_output``; any other argument is a decoding option of the adapter (e.g. ``slot_size=16``). lm-eval's
@@ -35,6 +35,8 @@ from harness.run.generation import LoopSettings, generate_batches, resolve_devic
 from harness.lmeval.speed_log import SpeedLog
 from harness.timing.clock import peak_memory_bytes
 from models.base import GenerationRequest, Message
+from models.families import LM_EVAL_ALIASES
+from models.family import LMEvalAlias
 from models.sources import parse_dtype
 from models.options import record
 from models.registry import load_adapter, model_names, spec_for
@@ -245,45 +247,21 @@ class HarnessModelLM(HarnessLM):
     """``dllm-harness``: any harness model, named with ``model=``."""
 
 
-class RefusionLM(HarnessLM):
-    default_model = "refusion"
+def alias_class(alias: LMEvalAlias) -> type[HarnessLM]:
+    """The plugin class of one declared alias: a HarnessLM whose default model is the alias's, named as
+    pyproject.toml's entry point names it."""
+    return type(alias.class_name, (HarnessLM,), {
+        "__module__": __name__, "__qualname__": alias.class_name, "default_model": alias.model,
+        "__doc__": f"``lm_eval --model {alias.name}``: the harness model {alias.model} unless ``model=`` says."})
 
 
-class LLaDALM(HarnessLM):
-    default_model = "llada"
+# Class name -> plugin class, one per alias the families declare (models/families/).
+ALIAS_CLASSES: dict[str, type[HarnessLM]] = {a.class_name: alias_class(a) for a in LM_EVAL_ALIASES.values()}
 
 
-class DreamLM(HarnessLM):
-    default_model = "dream"
-
-
-class LLaDAFastDLLMLM(HarnessLM):
-    default_model = "llada-fastdllm"
-
-
-class DreamFastDLLMLM(HarnessLM):
-    default_model = "dream-fastdllm"
-
-
-class Qwen3LM(HarnessLM):
-    default_model = "qwen3"
-
-
-class SDARLM(HarnessLM):
-    default_model = "sdar-8b"
-
-
-class TraDoLM(HarnessLM):
-    default_model = "trado-8b"
-
-
-class FastDLLMv2LM(HarnessLM):
-    default_model = "fastdllm-v2-7b"
-
-
-class LLaDA2LM(HarnessLM):
-    default_model = "llada2-mini"
-
-
-class DiffusionGemmaLM(HarnessLM):
-    default_model = "diffusiongemma"
+def __getattr__(name: str) -> type[HarnessLM]:
+    """``harness.lmeval.model:RefusionLM`` and the other entry points resolve to the built classes."""
+    try:
+        return ALIAS_CLASSES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

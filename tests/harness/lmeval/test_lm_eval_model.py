@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import sys
+import tomllib
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 
@@ -19,12 +21,22 @@ from harness.lmeval.model import (SPEED_OUTPUT_ENV, HarnessLM, HarnessLMError, R
                                   lm_eval_cli_output_folder, speed_folder)
 from harness.lmeval.plugin import ENTRY_POINT_GROUP, register_models  # noqa: E402
 from models.decoders.contract import ConfigError  # noqa: E402
+from models.families import FAMILIES, LM_EVAL_ALIASES  # noqa: E402
 from models.registry import ADAPTERS, MODELS  # noqa: E402
 
 TASK = "gsm8k_cot_local"  # as in conftest.py
 GEN_LENGTH = 16
-NAMES = {"dllm-harness", "refusion", "llada", "dream", "llada-fastdllm", "dream-fastdllm", "qwen3-harness", "sdar",
-         "trado", "fastdllm-v2", "llada2", "diffusiongemma"}
+NAMES = {"dllm-harness", *LM_EVAL_ALIASES}
+PYPROJECT = Path(__file__).resolve().parents[3] / "pyproject.toml"
+
+
+def test_pyprojects_entry_points_are_the_declared_aliases():
+    """The entry points are static text: they must name exactly the aliases the families declare, and each one's
+    class, which harness.lmeval.model builds from the declaration."""
+    declared = tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"][ENTRY_POINT_GROUP]
+    expected = {"dllm-harness": "harness.lmeval.model:HarnessModelLM",
+                **{a.name: f"harness.lmeval.model:{a.class_name}" for a in LM_EVAL_ALIASES.values()}}
+    assert declared == expected
 
 
 def test_entry_points_reach_lm_evals_registry():
@@ -42,6 +54,7 @@ def test_every_family_has_an_alias():
     register_models()
     served = {MODELS[get_model(name).default_model].kind for name in NAMES - {"dllm-harness"}}
     assert served == set(ADAPTERS) - {"vllm"}
+    assert all(family.lm_eval for family in FAMILIES if family.name != "vllm")
 
 
 def test_bad_model_arguments_fail_with_one_line():
