@@ -7,7 +7,9 @@ import pandas as pd
 import pytest
 
 from reports.html import write_report
-from reports.published import COLUMNS, FAMILY_ROWS, TASK_COLUMNS, paper_column, paper_row, published_row
+from models.registry import MODELS
+from reports.published import (COLUMNS, FAMILY_ROWS, PAPER_ROWS, TASK_COLUMNS, paper_column, paper_row,
+                               published_row)
 from tasks.registry import task_names
 
 SDAR_REF = "JetLM/SDAR-8B-Chat"
@@ -53,6 +55,15 @@ def test_family_figures_sit_beside_the_measured_ones_with_their_notes(tmp_path, 
 ])
 def test_a_family_row_needs_the_name_checkpoint_kind_and_rule(manifest):
     assert paper_row(manifest) is None
+
+
+def test_published_rows_name_registry_entries_as_declared():
+    """The figures stay in reports/ (which reads results only, never models/), keyed by what a result records: each
+    row's registry name, kind and checkpoint must be an entry's as its family declares it."""
+    for name, rows in FAMILY_ROWS.items():
+        assert all((row.kind, row.ref) == (MODELS[name].kind, MODELS[name].ref) for row in rows), name
+    declared = {(spec.kind, spec.ref) for spec in MODELS.values()}
+    assert set(PAPER_ROWS) <= declared
 
 
 def test_every_family_row_has_a_source_and_marks_a_different_benchmark_by_name():
