@@ -15,6 +15,8 @@ from block_stubs import RecomputeNetwork, table_logits
 from diffusion_stubs import ScriptedNet, commits_per_call, one_hot_table, per_position_logits
 from harness.stats.order import order_tau
 from models.decoders.ar import AR, ARConfig
+from models.decoders.block_diffusion import BlockDiffusionConfig
+from models.decoders.contract import DecodeResult
 from models.decoders.dream import DREAM, DreamConfig, dream_generate
 from models.decoders.fastdllm.dream_sampler import FAST_DREAM, FastDreamConfig, fastdllm_dream_generate
 from models.decoders.fastdllm.llada_sampler import FAST_LLADA, FastLLaDAConfig, fastdllm_llada_generate
@@ -24,7 +26,9 @@ from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
 from models.networks.loading import build_network
 from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
-from test_block_diffusion import LLADA2, SDAR, decode, next_filled_logits
+from test_block_diffusion import EOS as EOS_BLOCK
+from test_block_diffusion import V as V_BLOCK
+from test_block_diffusion import LLADA2, SDAR, V2, decode, next_filled_logits, one_hot
 from test_diffusion_stream import DREAMS, FAST_DREAMS, FAST_LLADAS, LLADAS, PROMPTS, SEEDS, native, stub
 from test_refusion import scripted, scripted_config
 
@@ -104,15 +108,41 @@ def test_fastdllm_dream_threshold_commits_every_confident_mask_at_once():
     assert out.rows[0].commit_step == (2, 1, 3, 1) == filled_at(net, prompt, out.tokens)
 
 
+def alone(table: torch.Tensor, prompt: list[int], cfg: BlockDiffusionConfig, gen: int) -> DecodeResult:
+    """The prompt decoded alone on logits that depend on the position only (its rows in flight: the flight tests)."""
+    return decode(RecomputeNetwork(table_logits(table)), [prompt], cfg, gen=gen).rows[0]
+
+
 def test_block_diffusion_counts_the_prefill_peeks_and_commits():
     """A whole-block prompt (the prefill is forward 1), confidences rising along the block: one token a peek, the
     last position first (forwards 2..5), then the block's commit forward (6)."""
-    table = torch.zeros(8, 48)
+    table = torch.zeros(8, V_BLOCK)
     for i in range(8):
         table[i, i] = 2.0 + i
-    (row,) = decode(RecomputeNetwork(table_logits(table)), [[1] * 4], SDAR, gen=4).rows
+    row = alone(table, [1] * 4, SDAR, 4)
     assert row.commit_step == (5, 4, 3, 2) and row.edits is None
     assert order_tau(row.commit_step) == -1.0
+
+
+def test_fastdllm_v2_first_token_takes_the_commit_forward():
+    """Prefill (1) gives the block's first token, one confident peek per sub-block (2, 3), the commit (4) the next
+    block's first token, then peeks 5 and 6."""
+    table = one_hot([(p + 1) % 40 for p in range(40)], high=20.0)
+    row = alone(table, [1] * 8, V2, 16)
+    assert row.commit_step == (1, 2, 2, 2, 3, 3, 3, 3, 4, 5, 5, 5, 6, 6, 6, 6)
+
+
+def test_llada2_fused_commit_counts_one_forward_a_step():
+    """The first peek writes the prompt's whole block and fills the rest of its last block at once; one peek a
+    block after it. One token a step with ``eos_early_stop``: the end of sequence at the second stops the row."""
+    row = alone(one_hot(list(range(16)), high=20.0), [1] * 6, LLADA2, 10)
+    assert row.commit_step == (1, 1, 2, 2, 2, 2, 3, 3, 3, 3)
+    table = torch.zeros(8, V_BLOCK)
+    for position, token, sharpness in [(4, 7, 20.0), (5, EOS_BLOCK, 12.0), (6, 8, 8.0), (7, 9, 5.0)]:
+        table[position, token] = sharpness
+    one_a_step = dataclasses.replace(LLADA2, confidence_threshold=1.0)
+    early = alone(table, [1] * 4, dataclasses.replace(one_a_step, eos_early_stop=True), 4)
+    assert early.token_ids == [7, EOS_BLOCK] and early.commit_step == (1, 2)
 
 
 def test_llada21_records_the_last_retake_and_counts_the_edits():
