@@ -28,6 +28,7 @@ from typing import Any
 from harness.gate.checks import GateSettings, compared_speed
 from harness.gate.retiming import SpeedSettings, load_for_result, measure_run
 from harness.run.folder import load_run
+from harness.run.records import ResultEntry
 
 
 def make_run(folder: Path, model: str) -> Path:
@@ -45,8 +46,8 @@ class Adapters:
         self.loaded: dict[str, Any] = {}
         self.slowed = False
 
-    def __call__(self, result: dict[str, Any], device: Any) -> Any:
-        key = result["model"]
+    def __call__(self, result: ResultEntry, device: Any) -> Any:
+        key = result.model
         if key not in self.loaded:
             self.loaded[key] = load_for_result(result, device)
         adapter = self.loaded[key]
@@ -84,7 +85,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.run or make_run(Path(tmp) / "run", args.model)
         run = load_run(folder)
-        result = next(r for r in run.results if r["model"] == args.model)
+        result = next(r for r in run.results if r.model == args.model)
         settings = SpeedSettings(passes=args.passes, samples=args.samples, models=(args.model,), tasks=("gsm8k",))
         adapters = Adapters()
 
