@@ -1,7 +1,7 @@
 """Autoregressive decoding with a KV cache: the baseline every diffusion decoder is compared against.
 
 The decoder speaks the cache protocol every native decoder speaks (``network.new_cache`` and
-``network.causal_forward``, models/networks/common.py): each row's prompt is written at its own length, so a ragged
+``network.causal_forward``, models/networks/block_forward.py): each row's prompt is written at its own length, so a ragged
 batch carries no padding in its cache, rows at different lengths share one forward, and a row that ends leaves the
 cache (``select_rows``), so the forwards that follow do no work for it. transformers' causal LMs speak the same
 protocol through ``TransformersCausalLM`` (models/networks/hf_causal.py).
@@ -22,7 +22,8 @@ import torch
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
                                       cut_after_eos, require_filled, token_id_field)
-from models.decoders.sampling import Draws, check_inputs, row_generators
+from models.decoders.flight import fly, took_part
+from models.decoders.sampling import Draws, check_inputs, row_generators, top_k_filter, top_p_filter
 
 
 @dataclass(frozen=True)
@@ -55,16 +56,10 @@ def next_tokens(logits: torch.Tensor, sampling: ARConfig, generator: torch.Gener
         return logits.argmax(dim=-1)
     logits = logits.float() / max(sampling.temperature, 1e-6)
     if sampling.top_k > 0:
-        kth = torch.topk(logits, min(sampling.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = top_k_filter(logits, sampling.top_k)
     if sampling.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop_sorted = cumulative - sorted_logits.softmax(-1) > sampling.top_p  # keep the token that crosses top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        logits = top_p_filter(logits, sampling.top_p)
+    return torch.multinomial(logits.softmax(-1), 1, generator=generator).squeeze(-1)
 
 
 @dataclass
@@ -76,10 +71,11 @@ class _Row:
     generator: torch.Generator | None
     generated: list[int] = field(default_factory=list)
     share: float = 0.0
+    forwards: int = 0
 
     def result(self, eos_ids: Sequence[int]) -> DecodeResult:
         kept, found = cut_after_eos(self.generated, eos_ids)
-        return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=len(self.generated),
+        return DecodeResult(token_ids=kept, nfe=self.share, hit_max_tokens=not found, forwards=self.forwards,
                             commit_step=tuple(range(1, len(kept) + 1)))  # a token per forward, in order
 
 
@@ -99,25 +95,54 @@ def prefill(network: Any, prompts: list[list[int]], capacity: int, pad_id: int,
 
 def next_logits(network: Any, cache: Any, rows: list[_Row], device: torch.device) -> torch.Tensor:
     """One forward of every row's last token, each row's share of it counted; the logits [B, vocab] after it."""
-    for row in rows:
-        row.share += 1 / len(rows)
+    took_part(rows)
     return network.causal_forward(torch.tensor([[r.generated[-1]] for r in rows], device=device), cache)[:, -1]
+
+
+class _Round:
+    """The rows in flight's cache (in the rows' order) and one round over them: a token for every row, the rows just
+    admitted prefilled in a forward of their own (beside the others' it would widen theirs to its prompt) whose cache
+    rows then join; rows that end leave the cache."""
+
+    def __init__(self, network: Any, prompts: list[list[int]], cfg: ARConfig, shared: torch.Generator | None,
+                 device: torch.device) -> None:
+        self.network, self.prompts, self.cfg, self.shared, self.device = network, prompts, cfg, shared, device
+        self.capacity = max(map(len, prompts)) + cfg.max_new_tokens
+        self.eos, self.cache = set(cfg.eos_ids), None
+
+    def __call__(self, rows: list[_Row]) -> list[bool]:
+        running = [r for r in rows if r.generated]
+        joining = rows[len(running):]
+        logits = next_logits(self.network, self.cache, running, self.device) if running else None
+        if joining:
+            cache, first = prefill(self.network, [self.prompts[r.index] for r in joining], self.capacity,
+                                   self.cfg.pad_id, self.device)
+            took_part(joining)
+            if self.cache is None:
+                self.cache = cache
+            else:
+                self.cache.admit(cache)
+            logits = first if logits is None else torch.cat([logits, first])
+        generators = None if rows[0].generator is None else tuple(r.generator for r in rows)
+        for row, token in zip(rows, Draws(self.shared, generators).by_row(next_tokens, (logits,), self.cfg).tolist()):
+            row.generated.append(token)
+        ended = [r.generated[-1] in self.eos or len(r.generated) == self.cfg.max_new_tokens for r in rows]
+        if any(ended):
+            self.cache.select_rows([b for b, end in enumerate(ended) if not end])
+        return ended
 
 
 def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_rows: int,
               row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight: at most ``max_rows`` prompts decode together, one forward of a token each per step; a row
-    leaves the cache at its end of sequence and a waiting prompt takes a row at the next step, prefilled in a forward
-    of its own (beside the others' it would widen theirs to its prompt) whose cache rows then join the batch. With
+    """Rows in flight (``flight.fly``): at most ``max_rows`` prompts decode together, one forward of a token each
+    per step; a row leaves the cache at its end of sequence and a waiting prompt takes a row at the next step. With
     ``row_seeds`` a sampling row draws from its own generator (the same tokens as alone); without, the rows in a
     step share one (torch's global stream unless ``cfg.seed``)."""
     require_filled(cfg, "ar")
     validate_ar_config(cfg)
-    if max_rows < 1:
-        raise ValueError(f"ar: max_rows must be at least 1, got {max_rows}")
     if not prompts:
         return
-    device, eos = prompts[0].device, set(cfg.eos_ids)
+    device = prompts[0].device
     lengths = [int(p.shape[0]) for p in prompts]
     if min(lengths) == 0:
         raise ValueError("ar: every prompt needs at least one token")
@@ -127,31 +152,8 @@ def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_
     generators = row_generators(row_seeds, len(prompts), device) if cfg.do_sample else None
     shared = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.do_sample and cfg.seed is not None \
         else None
-    capacity = max(lengths) + cfg.max_new_tokens
-    cache, waiting, rows = None, list(range(len(prompts)))[::-1], []
-    while waiting or rows:
-        admitted = [waiting.pop() for _ in range(min(max_rows - len(rows), len(waiting)))]
-        logits = next_logits(network, cache, rows, device) if rows else None
-        if admitted:  # their prefill apart, so the rows in flight keep one-token forwards
-            joining, first = prefill(network, [host[i] for i in admitted], capacity, cfg.pad_id, device)
-            if cache is None:
-                cache = joining
-            else:
-                cache.admit(joining)
-            logits = first if logits is None else torch.cat([logits, first])
-            rows += [_Row(i, None if generators is None else generators[i], share=1 / len(admitted))
-                     for i in admitted]
-        draws = Draws(shared, None if generators is None else tuple(r.generator for r in rows))
-        for row, token in zip(rows, draws.by_row(next_tokens, (logits,), cfg).tolist()):
-            row.generated.append(token)
-        ended = [r.generated[-1] in eos or len(r.generated) == cfg.max_new_tokens for r in rows]
-        finished = tuple((r.index, r.result(cfg.eos_ids)) for r, end in zip(rows, ended) if end)
-        step = Step(tuple(admitted), finished, len(rows))
-        if finished:  # finished rows leave the cache and the batch
-            keep = [b for b, end in enumerate(ended) if not end]
-            cache.select_rows(keep)
-            rows = [rows[b] for b in keep]
-        yield step
+    yield from fly(len(prompts), max_rows, lambda i: _Row(i, None if generators is None else generators[i]),
+                   _Round(network, host, cfg, shared, device), lambda row: row.result(cfg.eos_ids))
 
 
 @torch.inference_mode()

@@ -18,15 +18,14 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field, write_tokens)
+from models.decoders.flight import canvas_result, commit_row, fly, took_part
 from models.decoders.sampling import (
     Draws,
     as_logits,
     check_inputs,
-    commit_row,
     dream_timesteps,
     dream_masks_and_count,
     dream_transfer_count_of,
-    fly,
     margin_confidence,
     mask_order,
     max_prob_confidence,
@@ -36,7 +35,6 @@ from models.decoders.sampling import (
     row_starts,
     sample_categorical,
     spread,
-    took_part,
     top_k_filter,
     top_p_filter,
 )
@@ -319,7 +317,8 @@ def dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: DreamCo
         x = F.pad(prompts[i], (0, cfg.max_new_tokens), value=cfg.mask_id)[None]
         return _Row(i, x, torch.zeros_like(x), len(prompts[i]), draws.of(i))
 
-    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps), cfg.eos_ids)
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps),
+                   lambda row: canvas_result(row, cfg.eos_ids))
 
 
 DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config,

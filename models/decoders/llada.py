@@ -16,8 +16,9 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field, write_tokens)
-from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, commit_row, fly,
-                                      llada_step_counts, right_padded, row_starts, took_part)
+from models.decoders.flight import canvas_result, commit_row, fly, took_part
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_step_counts,
+                                      right_padded, row_starts)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -287,7 +288,8 @@ def llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: LLaDACo
     samples = cfg.temperature > 0 or cfg.remasking == "random"
     draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
     yield from fly(len(prompts), max_rows, lambda i: _new_row(i, prompts[i], cfg, draws.of(i)),
-                   lambda rows: _advance(network, rows, cfg), [cfg.eos_id, cfg.eot_id])
+                   lambda rows: _advance(network, rows, cfg),
+                   lambda row: canvas_result(row, [cfg.eos_id, cfg.eot_id]))
 
 
 LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config,

@@ -1,5 +1,4 @@
-"""Pure pieces shared by the diffusion decoders: noise, truncation, confidences, transfer schedules, and the driver
-of their rows in flight (``fly``).
+"""Pure pieces shared by the diffusion decoders: noise, truncation, confidences, transfer schedules, right padding.
 
 Everything here is a function of its arguments (randomness comes from an explicit ``torch.Generator``), so the
 decoders stay reproducible and each piece can be tested against a hand computation.
@@ -10,12 +9,10 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-
-from models.decoders.contract import DecodeResult, Step, committed, read_rows, write_tokens
 
 
 # ---- network output ---------------------------------------------------------------------------------------------
@@ -232,30 +229,6 @@ def spread(values: torch.Tensor, order: torch.LongTensor, shape: torch.Size, fil
     return out.scatter_(0, order, values).view(shape)
 
 
-# ---- rows in flight ---------------------------------------------------------------------------------------------
-class InFlight(Protocol):
-    """What the driver reads of a decoder's row: its prompt's index, its share of the calls it took part in (a
-    call on n rows costs each 1/n) and how many it took part in (its count alone); its sequence [1, prompt + canvas]
-    and each position's commit step (``write_tokens``; the same shape)."""
-
-    index: int
-    share: float
-    forwards: int
-    x: torch.Tensor
-    prompt_len: int
-    steps: torch.Tensor
-
-
-Row = TypeVar("Row", bound=InFlight)
-
-
-def took_part(rows: Sequence[InFlight]) -> None:
-    """Count one batched call for each of ``rows``."""
-    for row in rows:
-        row.share += 1 / len(rows)
-        row.forwards += 1
-
-
 def right_padded(rows: Sequence[torch.Tensor], fill: int | bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows [1, w] stacked right-padded to the widest, and the [n, W] mask of real columns (None when no row is
     padded). Right, not left: a row's tokens keep the columns, so the positions, they have alone, whatever the
@@ -267,31 +240,3 @@ def right_padded(rows: Sequence[torch.Tensor], fill: int | bool) -> tuple[torch.
         return ids, None
     real = torch.arange(width, device=ids.device) < torch.tensor(widths, device=ids.device)[:, None]
     return ids, real.long()
-
-
-def commit_row(row: InFlight, columns: slice, new: torch.Tensor) -> None:
-    """The row's ``x[:, columns] = new``, what changes stamped with the row's forward count (``write_tokens``)."""
-    write_tokens(row.x, row.steps, columns, new, row.forwards)
-
-
-def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],
-        eos_ids: Sequence[int]) -> Iterator[Step]:
-    """Rows in flight over ``count`` prompts: at most ``max_rows`` rows, a waiting prompt taking the row of the first
-    to finish before the next step. ``admit(i)`` makes prompt i's row; ``advance(rows)`` runs one step of every row
-    (its forwards counted with ``took_part``, its writes with ``commit_row``) and says which finished; a finished
-    row's result is its canvas past the prompt."""
-    if max_rows < 1:
-        raise ValueError(f"max_rows must be at least 1, got {max_rows}")
-    waiting, rows = list(range(count))[::-1], []
-    while waiting or rows:
-        admitted = [waiting.pop() for _ in range(min(max_rows - len(rows), len(waiting)))]
-        rows += [admit(i) for i in admitted]
-        ran = len(rows)
-        done = advance(rows)
-        finished = []
-        for row in (r for r, d in zip(rows, done) if d):
-            (ids,), (steps,) = read_rows(row.x[:, row.prompt_len:], row.steps[:, row.prompt_len:])
-            finished.append((row.index, DecodeResult(nfe=row.share, forwards=row.forwards,
-                                                     **committed(ids, steps, eos_ids))))
-        rows = [r for r, d in zip(rows, done) if not d]
-        yield Step(tuple(admitted), tuple(finished), ran)

@@ -2,8 +2,8 @@
 runs every row.
 
 A row's program (``row_decode``) is the decode of that prompt alone, written as the forwards it asks for: it yields
-a ``Call`` (the columns it feeds, how many of them to write) and receives their logits. The driver
-(``block_diffusion_stream``) keeps at most ``max_rows`` programs in flight, feeds every pending call in one
+a ``Call`` (the columns it feeds, how many of them to write) and receives their logits. ``flight.fly`` keeps at most
+``max_rows`` programs in flight; each round (``_Round``) feeds every pending call in one
 ``block_forward`` — rows at different blocks, peeking or committing, each at its own positions, right-padded to the
 widest call (the pads lie in a later block, so no real entry sees them) with a write count per row — and sends each
 program its logits. A prompt that takes a free row makes its first call (its prompt's whole blocks, or its first
@@ -26,6 +26,7 @@ from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, complet
                                                    masks_after_static, peek_window, row_result, transfer_schedule,
                                                    validate_block_diffusion_config)
 from models.decoders.contract import DecodeResult, Step, require_filled, write_tokens
+from models.decoders.flight import fly, took_part
 from models.decoders.sampling import Draws, make_generator, row_generators
 
 
@@ -159,13 +160,38 @@ def _forward(network: Any, cache: Any, flights: list[_Flight], block_length: int
         torch.tensor(lows, device=ids.device)[:, None] + torch.arange(width, device=ids.device)
     keeps = [f.call.keep for f in flights]
     logits = network.block_forward(ids, positions, cache, block_length, keeps[0] if len(set(keeps)) == 1 else keeps)
+    took_part(flights)
     for row, flight in enumerate(flights):
-        flight.share += 1 / len(flights)
-        flight.forwards += 1
         try:
             flight.call = flight.program.send(logits[row, :flight.call.ids.shape[0]])
         except StopIteration as stop:
             flight.canvas = stop.value
+
+
+class _Round:
+    """The rows in flight's cache (in the rows' order) and one round over them: the running rows in one forward,
+    the rows just admitted in a forward of their own, so a prefill does not widen the running rows' forward; their
+    cache rows then join, and finished rows leave."""
+
+    def __init__(self, network: Any, cfg: BlockDiffusionConfig, capacity: int) -> None:
+        self.network, self.cfg, self.capacity, self.cache = network, cfg, capacity, None
+
+    def __call__(self, flights: list[_Flight]) -> list[bool]:
+        running = [f for f in flights if f.forwards]
+        joining = flights[len(running):]
+        if running:
+            _forward(self.network, self.cache, running, self.cfg.block_length, self.cfg.mask_id)
+        if joining:
+            rows = self.network.new_cache(len(joining), self.capacity)
+            _forward(self.network, rows, joining, self.cfg.block_length, self.cfg.mask_id)
+            if self.cache is None:
+                self.cache = rows
+            else:
+                self.cache.admit(rows)
+        done = [f.canvas is not None for f in flights]
+        if any(done):
+            self.cache.select_rows([row for row, end in enumerate(done) if not end])
+        return done
 
 
 @torch.no_grad()
@@ -176,42 +202,20 @@ def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: B
     tokens alone); without, the rows share the config's seed."""
     require_filled(cfg, "block diffusion")
     validate_block_diffusion_config(cfg)
-    if max_rows < 1:
-        raise ValueError(f"block diffusion: max_rows must be at least 1, got {max_rows}")
     if not prompts:
         return
     if min(int(p.shape[0]) for p in prompts) == 0:
         raise ValueError("block diffusion: every prompt needs at least one token")
     device = prompts[0].device
-    samples = cfg.temperature > 0
-    generators = row_generators(row_seeds, len(prompts), device) if samples else None
+    generators = row_generators(row_seeds, len(prompts), device) if cfg.temperature > 0 else None
     shared = Draws(make_generator(cfg.seed, device), None)
+
+    def admit(i: int) -> _Flight:
+        program = row_decode(prompts[i], cfg, shared if generators is None else Draws(None, (generators[i],)))
+        return _Flight(i, program, next(program))
+
     capacity = max(canvas_width(int(p.shape[0]), cfg) for p in prompts) + cfg.block_length
-    cache, waiting, flights = None, list(range(len(prompts)))[::-1], []
-    while waiting or flights:
-        admitted = [waiting.pop() for _ in range(min(max_rows - len(flights), len(waiting)))]
-        if flights:
-            _forward(network, cache, flights, cfg.block_length, cfg.mask_id)
-        if admitted:  # their first calls apart, so a prefill does not widen the running rows' forward
-            joining = []
-            for i in admitted:
-                draws = shared if generators is None else Draws(None, (generators[i],))
-                program = row_decode(prompts[i], cfg, draws)
-                joining.append(_Flight(i, program, next(program)))
-            rows = network.new_cache(len(joining), capacity)
-            _forward(network, rows, joining, cfg.block_length, cfg.mask_id)
-            if cache is None:
-                cache = rows
-            else:
-                cache.admit(rows)
-            flights += joining
-        finished = tuple((f.index, _result(f, cfg)) for f in flights if f.canvas is not None)
-        step = Step(tuple(admitted), finished, len(flights))
-        if finished:
-            keep = [row for row, f in enumerate(flights) if f.canvas is None]
-            cache.select_rows(keep)
-            flights = [flights[row] for row in keep]
-        yield step
+    yield from fly(len(prompts), max_rows, admit, _Round(network, cfg, capacity), lambda f: _result(f, cfg))
 
 
 def _result(flight: _Flight, cfg: BlockDiffusionConfig) -> DecodeResult:

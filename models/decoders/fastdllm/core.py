@@ -27,7 +27,8 @@ from typing import Any, Callable, Literal, get_args
 import torch
 import torch.nn.functional as F
 
-from models.decoders.sampling import as_logits, right_padded, took_part
+from models.decoders.flight import took_part
+from models.decoders.sampling import as_logits, right_padded
 from models.networks.kv_buffer import KVBuffer
 
 Network = Callable[..., Any]

@@ -57,8 +57,9 @@ from models.decoders.fastdllm.core import (
     shifted_rows,
     window_forward,
 )
-from models.decoders.sampling import (Draws, check_inputs, commit_row, dream_masks_and_count, dream_timesteps,
-                                      dream_transfer_count_of, fly, mask_order, spread)
+from models.decoders.flight import canvas_result, commit_row, fly
+from models.decoders.sampling import (Draws, check_inputs, dream_masks_and_count, dream_timesteps,
+                                      dream_transfer_count_of, mask_order, spread)
 
 
 @dataclass(frozen=True)
@@ -406,7 +407,7 @@ def fastdllm_dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
         return row
 
     yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, schedule, caches),
-                   cfg.dream.eos_ids)
+                   lambda row: canvas_result(row, cfg.dream.eos_ids))
 
 
 FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,

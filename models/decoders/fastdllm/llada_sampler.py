@@ -47,7 +47,8 @@ from models.decoders.fastdllm.core import (
     window_forward,
 )
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, commit_row, fly, llada_transfer_counts
+from models.decoders.flight import canvas_result, commit_row, fly
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ def fastdllm_llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
         return row
 
     yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, caches),
-                   [plain.eos_id, plain.eot_id])
+                   lambda row: canvas_result(row, [plain.eos_id, plain.eot_id]))
 
 
 FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,
