@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 from tqdm import tqdm
 
 from harness.stats.aggregate import aggregate
+from harness.stats.order import order_record
 from harness.errors import NothingToScore
 from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
 from harness.run.manifest import environment
@@ -125,7 +126,8 @@ def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str
     present = [p for p in planned if p.key in stored]
     scores = task.score([p.doc for p in present], [stored[p.key].text for p in present])
     return [dataclasses.replace(stored[p.key], group=p.doc.group, target=score.target, extracted=score.extracted,
-                                scores=score.scores, diagnostics=score.diagnostics)
+                                scores=score.scores, diagnostics=score.diagnostics,
+                                extra={**stored[p.key].extra, **order_record(stored[p.key].to_json())})
             for p, score in zip(present, scores)]
 
 

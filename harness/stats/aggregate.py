@@ -9,6 +9,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from harness.stats.estimates import MetricSummary, summarize
+from harness.stats.order import median_split, order_summary, sample_order
+from harness.stats.significance import unpaired_test
 
 TOKEN_DEFINITION = "generated_until_eos"
 MIN_TIMED_SAMPLES = 5  # a speed figure resting on fewer timed samples is marked ``low_sample``
@@ -190,6 +192,37 @@ def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def decode_order(samples: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
+    """The order statistics of docs/measurement.md over the samples whose order can be measured (a ``commit_step``
+    and a defined tau; the rest are counted as skipped); None where no sample recorded its commit steps (an
+    engine-served model, DiffusionGemma)."""
+    recorded = [s for s in samples if s.get("commit_step") is not None]
+    if not recorded:
+        return None
+    measured = [(s, o) for s, o in ((s, sample_order(s["commit_step"])) for s in recorded)
+                if o is not None and o["order_tau"] is not None]
+    orders = [o for _, o in measured]
+    return {
+        "samples": len(measured),
+        "skipped": len(samples) - len(measured),
+        **order_summary(orders),
+        "by_order": order_split([s for s, _ in measured], [o["order_tau"] for o in orders], metric),
+    }
+
+
+def order_split(samples: Sequence[dict[str, Any]], taus: Sequence[float], metric: str) -> dict[str, Any] | None:
+    """``metric`` over the samples decoded more out of order (tau below the median) and more in order (above it),
+    with the unpaired test the gate uses (Fisher's exact on 0/1 scores): do out-of-order decodes fail more? None
+    where a half is empty (all taus equal, as AR's)."""
+    below, above = median_split(taus)
+    if not below or not above:
+        return None
+    out_of_order = metric_summary([samples[i] for i in below], metric).as_dict()
+    in_order = metric_summary([samples[i] for i in above], metric).as_dict()
+    test = unpaired_test(in_order, out_of_order)
+    return {"below_median": out_of_order, "above_median": in_order, "test": test.test, "p_value": test.p_value}
+
+
 def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size: int,
               peak_memory: int | None, peak_memory_device: str | None = None) -> dict[str, Any]:
     return {
@@ -199,4 +232,5 @@ def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size
         "groups": group_tables(samples),
         "speed": speed_figures(samples, batch_size, peak_memory, peak_memory_device),
         "diagnostics": diagnostic_rates(samples),
+        "decode_order": decode_order(samples, primary_metric),
     }
