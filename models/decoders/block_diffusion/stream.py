@@ -88,11 +88,10 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
     def tokens() -> Canvas:
         return Canvas(*torch.stack([canvas, steps, edited])[:, 0, n:n + cfg.gen_length].tolist())
 
-    written = n // size * size
-    if written and not cfg.fused_commit:
-        first_token((yield from ask(Call(canvas[0, :written], 0, written))), written)
-    else:
-        written = 0
+    prefill = n // size * size  # the prompt's whole blocks
+    if prefill and not cfg.fused_commit:
+        first_token((yield from ask(Call(canvas[0, :prefill], 0, prefill))), prefill)
+    written = 0  # with fused_commit: the columns whose K/V the cache holds (the next peek writes the rest)
     for block in range(n // size, width // size):
         start, end = block * size, (block + 1) * size
 
@@ -101,7 +100,7 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
             nonlocal written
             low = written if cfg.fused_commit else start
             logits = yield from ask(Call(canvas[0, low:end], low, start - low))
-            written = start if cfg.fused_commit else written
+            written = start
             return logits[start - low:][None]
 
         if cfg.edit_threshold is not None:
@@ -130,7 +129,6 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
         holds_eos = bool(torch.isin(canvas[0, max(start, n):end], eos).any())
         if not cfg.fused_commit and (cfg.commit_finished_block or not holds_eos):
             first_token((yield from ask(Call(canvas[0, start:end], start, size))), end)
-            written = end
         if holds_eos:
             break
     return tokens()
