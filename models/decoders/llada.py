@@ -87,7 +87,7 @@ def _forward(
     network: Network,
     x: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    prompt_index: torch.Tensor,
+    prompt_index: torch.Tensor | None,  # needed with CFG only
     cfg: LLaDAConfig,
 ) -> torch.Tensor:
     """Logits for x; with CFG one doubled batch whose second half has the prompt masked: u + (s+1)(c - u)."""
@@ -262,7 +262,7 @@ def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]
             start = row.prompt_len + row.taken // steps_per_block * cfg.block_length
             row.columns = slice(_first_open_column(row.x[:, :start] == cfg.mask_id, start), start + cfg.block_length)
     x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
-    prompt_index, _ = right_padded([row.prompt_index for row in rows], False)
+    prompt_index = right_padded([row.prompt_index for row in rows], False)[0] if cfg.cfg_scale > 0 else None
     logits = _forward(network, x, attention_mask, prompt_index, cfg)
     took_part(rows)
     for b, row in enumerate(rows):
