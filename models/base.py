@@ -59,6 +59,7 @@ class Generation:
     forwards: int | None = field(default=None, kw_only=True)  # the forwards the row took part in (None: unknown)
     commit_step: tuple[int, ...] | None = field(default=None, kw_only=True)  # per token of token_ids (DecodeResult)
     edits: int | None = field(default=None, kw_only=True)  # re-takes of committed tokens (token editing only)
+    token_text: tuple[str, ...] | None = field(default=None, kw_only=True)  # per token of token_ids (token_pieces)
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,28 @@ class PreparedBatch:
     config: ModelConfig
     canvas: int
     row_seeds: tuple[int, ...] | None = None  # each row's own random stream; None for an unseeded config
+
+
+PIECE_CONTEXT = 8  # tokens decoded before each one, so a piece keeps the spacing the whole decode gives it
+
+
+def token_pieces(tokenizer: Any, ids: Sequence[int]) -> tuple[str, ...] | None:
+    """Each id's share of the decoded text (special tokens kept), for the report's decode replay: what decoding it
+    after the ``PIECE_CONTEXT`` ids before it adds. A character split over several ids (bytes of UTF-8) belongs to
+    the id that completes it; the ids before get "". None where the pieces do not join to the whole decode (a
+    tokenizer whose decode depends on more than that context), so a piece shown is always the decode's own text."""
+    windows = [list(ids[max(0, i - PIECE_CONTEXT):i + end]) for i in range(len(ids)) for end in (0, 1)]
+    texts = tokenizer.batch_decode(windows, skip_special_tokens=False) if windows else []
+    pieces = []
+    for i in range(len(ids)):
+        before, after = texts[2 * i].rstrip("\ufffd"), texts[2 * i + 1]
+        if i + 1 < len(ids):
+            after = after.rstrip("\ufffd")
+        if not after.startswith(before):
+            return None
+        pieces.append(after[len(before):])
+    whole = tokenizer.decode(list(ids), skip_special_tokens=False)
+    return tuple(pieces) if "".join(pieces) == whole else None
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -277,6 +300,7 @@ class ModelAdapter(ABC):
                     forwards=result.forwards,
                     commit_step=result.commit_step,
                     edits=result.edits,
+                    token_text=None if result.commit_step is None else token_pieces(self.tokenizer, result.token_ids),
                 )
             )
         return out
