@@ -15,6 +15,7 @@ from typing import Any
 from markupsafe import Markup
 
 from harness.run.records import SampleRecord
+from reports.decode_order import decode_view
 from reports.report_data import ReportData
 
 # "correct" for the browser's filters: the primary score is at least this (0/1 metrics: right; graded: mostly right).
@@ -23,7 +24,8 @@ CORRECT_AT = 0.5
 
 @dataclass(frozen=True)
 class BrowserLimits:
-    """Caps that keep the page small: items per task (disagreements are kept first) and characters per text."""
+    """Caps that keep the page small: items per task (disagreements are kept first) and characters per text (an
+    output's decode replay holds its tokens up to the same count of characters)."""
 
     items_per_task: int = 100
     chars: int = 4000
@@ -58,6 +60,7 @@ def _output(model_index: int, record: SampleRecord, metric: str, limits: Browser
         "ok": None if score is None or not math.isfinite(score) else score >= CORRECT_AT,
         "truncated": bool(record.hit_max_tokens),
         "tokens": record.gen_tokens,
+        "order": decode_view(record, limits.chars),
     }
 
 

@@ -1,5 +1,6 @@
 """The report's charts, drawn with matplotlib's object API (no pyplot state) on the surface of ``reports.chart``:
-grouped bars (accuracy, forwards per token), the accuracy-throughput scatter and the latency boxes."""
+grouped bars (accuracy, forwards per token), the accuracy-throughput scatter, the latency boxes and the decode
+order lines."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from reports.chart import Chart, Mark, colour, hatch, legend_below, marker, new_figure, render, tidy
+from reports.decode_order import POSITION_BINS, order_curve
 from reports.point_labels import marker_box, place_labels
 from reports.report_data import ReportData
 from reports.tables import mean_or_none, pct
@@ -241,3 +243,37 @@ def _log_if_wide(ax: Axes, values: Sequence[float]) -> None:
     positive = [v for v in values if v > 0]
     if positive and max(positive) / min(positive) > 100:
         ax.set_xscale("log")
+
+
+# --- decode order ---------------------------------------------------------------------------------------------------
+
+
+def order_lines(data: ReportData) -> dict[str, Chart]:
+    """Per task, the mean commit step at each position of the answer, one line per model whose samples recorded
+    their steps (``reports.decode_order.order_curve``): left-to-right decoding is the diagonal, a decode that
+    fills the end first bends below it there. Tasks where no model recorded steps get no figure."""
+    out: dict[str, Chart] = {}
+    centres = [(b + 0.5) / POSITION_BINS for b in range(POSITION_BINS)]
+    for task in data.tasks:
+        curves = [(i, label, order_curve(data.samples.get((label, task), [])))
+                  for i, label in enumerate(data.labels)]
+        curves = [(i, label, curve) for i, label, curve in curves if curve is not None]
+        if not curves:
+            continue
+        fig = new_figure(7.0, 4.6)
+        ax = fig.add_subplot()
+        ax.plot([0, 1], [0, 1], color="#999", lw=0.8, ls="--", zorder=1)
+        handles = []
+        for i, label, curve in curves:
+            points = [(x, y) for x, y in zip(centres, curve) if y is not None]
+            handles.append(ax.plot([p[0] for p in points], [p[1] for p in points], color=colour(i),
+                                   marker=marker(i), markersize=4, lw=1.6)[0])
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("position in the answer (fraction of its tokens)")
+        ax.set_ylabel("mean commit step (fraction of the sample's forwards)")
+        tidy(ax, f"Decode order: {task}")
+        legend_below(fig, handles + [Line2D([], [], color="#999", lw=0.8, ls="--")],
+                     [c[1] for c in curves] + ["strictly left to right"])
+        out[task] = render(fig)
+    return out

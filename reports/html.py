@@ -127,6 +127,7 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
             "accuracy": figures.accuracy_bars(data),
             "latency": figures.latency_boxes(data),
             "forwards": figures.forwards_bars(data),
+            "order": figures.order_lines(data),
         },
         "speed": table_view(speed_frame(data), 3),
         "attribution": table_view(attribution_frame(data), 2),

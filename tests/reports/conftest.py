@@ -29,6 +29,15 @@ def chromium_page() -> ModuleType:
     return sys.modules["chromium_page"]
 
 
+@pytest.fixture
+def browser(chromium_page) -> str:
+    """The Chromium binary; the test is skipped where none is installed."""
+    binary = chromium_page.find_chromium()
+    if binary is None:
+        pytest.skip("no chromium binary on PATH (install with: apt-get install -y chromium)")
+    return binary
+
+
 # Two runs of the same three tiny models whose folders differ only in the settings hash, every accuracy zero and the
 # two diffusion models' speeds close together: the report a new user gets from comparing two tiny runs.
 CROWDED_SPEEDS = {"tiny-qwen3": (180.0, "ar", 20.0), "tiny-llada": (20.0, "llada", 30.0),

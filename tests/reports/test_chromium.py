@@ -9,7 +9,6 @@ import io
 import itertools
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from reports import figures
@@ -18,14 +17,6 @@ from reports.report_data import gather
 
 EVIL = '</script><script>window.__pwned=1</script><img src="x" onerror="window.__pwned=2"> & <b>not bold</b>'
 READY = "document.body && document.body.dataset.browserReady"
-
-
-@pytest.fixture
-def browser(chromium_page):
-    binary = chromium_page.find_chromium()
-    if binary is None:
-        pytest.skip("no chromium binary on PATH (install with: apt-get install -y chromium)")
-    return binary
 
 
 def report(tmp_path, rf):
