@@ -17,14 +17,21 @@ from reports.decode_order import NO_TEXT, NOT_RECORDED, decode_view, order_curve
 from reports.report_data import gather
 
 
-def with_order(records: list[dict], steps: list[int] | None, text: bool = True) -> list[dict]:
-    """The records with the same commit steps (and a piece "w<i> " per token unless ``text`` is False)."""
+WORD = "w{} "
+EVIL_WORD = "</script><b>w0</b> "  # a model's text: shown as text, never as markup
+
+
+def with_order(records: list[dict], steps: list[int] | None, text: bool = True, evil_first: bool = False
+               ) -> list[dict]:
+    """The records with the same commit steps and a piece "w<i> " per token (none where ``text`` is False; the
+    first one markup where ``evil_first``)."""
     for record in records:
         if steps is not None:
             record["commit_step"] = list(steps)
             record["token_ids"] = list(range(len(steps)))
             if text:
-                record["token_text"] = [f"w{i} " for i in range(len(steps))]
+                pieces = [WORD.format(i) for i in range(len(steps))]
+                record["token_text"] = [EVIL_WORD] + pieces[1:] if evil_first else pieces
     return records
 
 
@@ -66,7 +73,8 @@ def orders_run(tmp_path, rf):
     ar, diffusion = list(range(1, 21)), [5 - i // 4 for i in range(20)]
     return rf.write_run(tmp_path / "run", [
         rf.Entry("qwen3", "gsm8k", with_order(rf.samples([1.0, 0.0, 1.0]), ar)),
-        rf.Entry("refusion", "gsm8k", with_order(rf.samples([1.0, 1.0, 0.0]), diffusion), kind="refusion"),
+        rf.Entry("refusion", "gsm8k", with_order(rf.samples([1.0, 1.0, 0.0]), diffusion, evil_first=True),
+                 kind="refusion"),
         rf.Entry("refusion", "mbpp", rf.samples([1.0, 0.0]), kind="refusion"),
     ])
 
@@ -119,7 +127,7 @@ def share_of_colour(screenshot, box: dict, tolerance: int = 30) -> float:
 
 def test_the_replay_in_chromium_shows_the_tokens_committed_by_each_step(tmp_path, rf, browser, chromium_page):
     page = write_report([orders_run(tmp_path, rf)], tmp_path / "out")
-    words = [f"w{i} " for i in range(20)]
+    words = [EVIL_WORD] + [WORD.format(i) for i in range(1, 20)]  # the diffusion model's; the AR model's has w0
     visit = chromium_page.visit(browser, page, tmp_path / "profile", ready="document.body.dataset.browserReady",
                                 expressions={
         "opened": OPEN_ALL,
@@ -130,17 +138,19 @@ def test_the_replay_in_chromium_shows_the_tokens_committed_by_each_step(tmp_path
         "diffusion_1": at_step(1, 1),
         "diffusion_3": at_step(1, 3),
         "diffusion_5": at_step(1, 5),
+        "markup": "document.querySelectorAll('.decode-text b').length",
         "boxes": TOKEN_BOXES,
     })
     assert visit.errors == [] and visit.requests == []
     ev = visit.evaluations
     assert ev["opened"] == 6 and ev["built"] == 6  # 3 gsm8k items × 2 models, each replay built when opened
     assert ev["notes"] == [NOT_RECORDED] * 2 and ev["figures"] == 1  # refusion on mbpp; one task with steps
-    assert ev["ar_7"]["shown"] == "".join(words[:7]) and ev["ar_7"]["masked"] == 13
+    assert ev["ar_7"]["shown"] == "".join(["w0 "] + words[1:7]) and ev["ar_7"]["masked"] == 13
     assert ev["ar_7"]["status"] == "step 7 of 20 · 7 of 20 tokens"
     assert ev["diffusion_1"]["shown"] == "".join(words[16:])  # the end first: steps 5,5,5,5,4,...,1,1,1,1
     assert ev["diffusion_3"]["shown"] == "".join(words[8:]) and ev["diffusion_3"]["masked"] == 8
     assert ev["diffusion_5"]["shown"] == "".join(words) and ev["diffusion_5"]["masked"] == 0
+    assert ev["markup"] == 0
     (tmp_path / "replay.png").write_bytes(visit.screenshot)
     screenshot = Image.open(io.BytesIO(visit.screenshot)).convert("RGB")
     first, last = ev["boxes"]  # step 5 (the scale's end, yellow) and step 1 (its start, dark purple)
