@@ -207,9 +207,9 @@ class HarnessLM(LM):
         loop = LoopSettings(s.batch_size, s.warmup, s.seed, self.rank)
         texts, records = [], []
         for batch in generate_batches(self.adapter, self.config, [p.request for p in pending], loop):
-            for i, record in zip(batch.indices, batch.records):
-                texts.append(record.text)
-                records.append({"task": task, "doc_id": pending[i].doc_id, **record.to_json()})
+            for i, sample in zip(batch.indices, batch.records):
+                texts.append(sample.text)
+                records.append({"task": task, "doc_id": pending[i].doc_id, **sample.to_json()})
             bar.update(len(batch.indices))
         self.speed.add(task, records)
         self.speed.set_peak_memory(task, peak_memory_bytes(self._device))

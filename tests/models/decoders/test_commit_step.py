@@ -24,7 +24,6 @@ from models.decoders.llada import LLADA, LLaDAConfig, llada_generate
 from models.decoders.refusion.decoder import refusion_decode_row
 from models.networks.dream import tiny_dream_config
 from models.networks.llada import tiny_llada_config
-from models.networks.loading import build_network
 from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
 from test_block_diffusion import EOS as EOS_BLOCK
 from test_block_diffusion import V as V_BLOCK
