@@ -93,15 +93,16 @@ Decode = Callable[[Any, torch.Tensor, "torch.Tensor | None", Any], DecodeOutput]
 
 @dataclass(frozen=True)
 class Step:
-    """One batched forward of a stream (rows in flight): the prompts that took free rows before it (by index), those
-    it finished with their results, and the rows it ran."""
+    """One round of a stream (rows in flight), every row advanced by one forward of its own count (rows just admitted,
+    or at another phase, may run in a call apart): the prompts that took free rows before it (by index), those it
+    finished with their results, and the rows it ran."""
 
     admitted: tuple[int, ...]
     finished: tuple[tuple[int, DecodeResult], ...]
     rows: int
 
 
-# (network, prompts [1-D ids on the device], config, max_rows, row_seeds) -> one Step per forward: at most max_rows
+# (network, prompts [1-D ids on the device], config, max_rows, row_seeds) -> one Step per round: at most max_rows
 # rows in flight, a waiting prompt taking the row of the first to finish; each row's tokens and forwards are those
 # of the prompt decoded alone
 Stream = Callable[[Any, Sequence[torch.Tensor], Any, int, "Sequence[int] | None"], Iterator[Step]]
