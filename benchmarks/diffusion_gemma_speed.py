@@ -24,7 +24,6 @@ import torch
 
 from harness.run.generation import generate_timed, resolve_device
 from models.base import GenerationRequest, Message
-from models.options import with_default_seed
 from models.registry import load_adapter, spec_for
 from models.sources import parse_dtype
 
@@ -71,7 +70,7 @@ def diffusion_gemma_speed(device: torch.device, dtype: torch.dtype = torch.float
                           rounds: int = 3) -> list[SpeedRow]:
     """Rows of tiny-diffusiongemma at each batch size: ``prompts`` requests of ``canvas`` tokens per round."""
     adapter = load_adapter(spec_for("tiny-diffusiongemma"), device, dtype)
-    config = with_default_seed(adapter.make_config({"max_denoising_steps": steps}, canvas=canvas), 1234)
+    config = adapter.make_config({"max_denoising_steps": steps}, canvas=canvas, seed=1234)
     requests = [GenerationRequest(messages=(Message("user", QUESTIONS[i % len(QUESTIONS)]),), canvas_tokens=canvas)
                 for i in range(prompts)]
     groups = {batch: [requests[i:i + batch] for i in range(0, prompts, batch)] for batch in batches}

@@ -170,10 +170,11 @@ class ModelAdapter(ABC):
         """This model's configuration with its registry defaults, before any canvas."""
         return self._defaults
 
-    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
-        """The defaults with ``overrides`` (typed and checked); with ``canvas`` also resolved and validated. Without
-        one, ``prepare`` resolves it from the requests."""
-        config = set_options(self._defaults, overrides or {}, self.name)
+    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None,
+                    seed: int | None = None) -> ModelConfig:
+        """The defaults with ``overrides`` (typed and checked) and ``seed`` for a sampler that has none, in one
+        pass; with ``canvas`` also resolved and validated. Without one, ``prepare`` resolves it from the requests."""
+        config = set_options(self._defaults, overrides or {}, self.name, seed=seed)
         return config if canvas is None else self.at_canvas(config, canvas)
 
     def at_canvas(self, config: ModelConfig, canvas: int) -> ModelConfig:

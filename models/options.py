@@ -28,7 +28,7 @@ def added_field(default: Any) -> Any:
     return field(default=default, metadata={KEYED: WHEN_SET})
 
 
-def runtime_field(default: Any) -> Any:
+def unkeyed_field(default: Any) -> Any:
     """An option that says where or how long to run (a server, a timeout), never what is generated: typed and set
     like any other, but left out of ``record``, so a changed value keeps every stored sample valid."""
     return field(default=default, metadata={KEYED: False})
@@ -135,10 +135,12 @@ def coerce(owner: str, name: str, value: Any, hint: Any) -> Any:
     return value  # a field without a plain type (token ids): only the adapter sets those
 
 
-def set_options(config: Any, values: dict[str, Any], owner: str, adapter_fields: bool = False) -> Any:
-    """``config`` with ``values`` (leaf name -> value) coerced and applied; nested configs are rebuilt with
-    ``dataclasses.replace``. Canvas and token-id fields are only accepted with ``adapter_fields``."""
-    if not values:
+def set_options(config: Any, values: dict[str, Any], owner: str, adapter_fields: bool = False,
+                seed: int | None = None) -> Any:
+    """``config`` with ``values`` (leaf name -> value) coerced and applied, and ``seed`` as the seed leaf where it
+    has one that neither ``values`` nor the config sets; nested configs are rebuilt with ``dataclasses.replace``.
+    Canvas and token-id fields are only accepted with ``adapter_fields``."""
+    if not values and seed is None:
         return config
     table = leaves(config)
     valid = {name: leaf for name, leaf in table.items() if adapter_fields or leaf.settable}
@@ -146,6 +148,9 @@ def set_options(config: Any, values: dict[str, Any], owner: str, adapter_fields:
     if unknown:
         raise ConfigError(f"{owner}: unknown option {', '.join(unknown)}; valid options: {', '.join(sorted(valid))}")
     by_path = {valid[name].path: coerce(owner, name, value, valid[name].hint) for name, value in values.items()}
+    unseeded = table.get("seed")
+    if seed is not None and unseeded is not None and unseeded.value is None and "seed" not in values:
+        by_path[unseeded.path] = seed  # samplers without a seed of their own take the run's, so runs reproduce
     return _replace_paths(config, by_path)
 
 
@@ -190,11 +195,3 @@ def describe(config: Any) -> list[str]:
     """``name=default (type)`` of every option a user can set, for ``--list``."""
     return [f"{name}={leaf.value} ({type_name(leaf.hint)})" for name, leaf in leaves(config).items()
             if leaf.settable]
-
-
-def with_default_seed(config: Any, seed: int) -> Any:
-    """``config`` with its ``seed`` leaf set to ``seed`` when it has one and it is unset."""
-    leaf = leaves(config).get("seed")
-    if leaf is None or leaf.value is not None:
-        return config
-    return _replace_paths(config, {leaf.path: seed})

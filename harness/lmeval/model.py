@@ -31,7 +31,7 @@ from lm_eval.api.model import LM
 from tqdm import tqdm
 
 from harness.errors import UserError
-from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
+from harness.run.generation import LoopSettings, generate_batches, resolve_device
 from harness.lmeval.speed_log import SpeedLog
 from harness.timing.clock import peak_memory_bytes
 from models.base import GenerationRequest, Message
@@ -146,7 +146,7 @@ class HarnessLM(LM):
         self._device = lm_eval_device(device)
         self.adapter = load_adapter(self.spec, self._device, parse_dtype(dtype, self._device))
         overrides = {k: v for k, v in options.items() if k not in LM_EVAL_ONLY_ARGS}
-        self.config = with_run_seed(self.adapter.make_config(overrides), self.settings.seed)
+        self.config = self.adapter.make_config(overrides, seed=self.settings.seed)
         self.speed = SpeedLog(self.settings.batch_size)
         self.stamp = datetime.now().isoformat().replace(":", "-")
         self.written: list[Path] = []

@@ -23,7 +23,6 @@ from harness.run.schedule import CONTINUOUS, STATIC
 from harness.timing.forward_timer import ForwardTimer, timed_network
 from harness.timing.clock import reset_peak_memory, synchronize, timed
 from models.base import Generation, GenerationRequest, ModelAdapter
-from models.options import with_default_seed
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -48,11 +47,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def with_run_seed(config: Any, seed: int) -> Any:
-    """Samplers without an explicit seed take the run's seed, so sampled runs are reproducible too."""
-    return with_default_seed(config, seed)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from harness.stats.aggregate import aggregate
 from harness.stats.order import order_record
 from harness.errors import NothingToScore
-from harness.run.generation import LoopSettings, generate_batches, resolve_device, with_run_seed
+from harness.run.generation import LoopSettings, generate_batches, resolve_device
 from harness.run.manifest import environment
 from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
@@ -83,11 +83,11 @@ def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
     return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas_tokens, stop=prompt.stop)
 
 
-def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, config: Any, canvas: int,
+def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, decoding: dict[str, Any], canvas: int,
          seed: int, batch_size: int = 1) -> list[PlannedSample]:
-    """Batched outputs may differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key."""
+    """Each doc's prompt, request and sample key; ``decoding`` is the config's ``record``. Batched outputs may
+    differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key."""
     identity = adapter.identity()
-    decoding = record(config)
     planned = []
     for doc in docs:
         prompt = task.prompt(doc)
@@ -139,7 +139,8 @@ class Job:
     adapter: ModelAdapter
     task: Task
     data: LoadedData
-    config: Any
+    config: Any  # resolved once, in plan_job: typed, seeded, at the canvas, validated
+    decoding: dict[str, Any]  # its record: what the sample keys and the manifest hold
     canvas: int
     planned: list[PlannedSample]
 
@@ -268,9 +269,10 @@ class Runner:
         preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
         canvas = (s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or smoke_canvas(s.preset)
                   or task.canvas_tokens)
-        config = with_run_seed(adapter.make_config(overrides, canvas), s.seed)  # validated here, before any decode
-        planned = plan(task, docs, adapter, config, canvas, s.seed, s.batch_size)
-        return Job(spec, adapter, task, data, config, canvas, planned)
+        config = adapter.make_config(overrides, canvas, s.seed)  # validated here, before any decode
+        decoding = record(config)
+        planned = plan(task, docs, adapter, decoding, canvas, s.seed, s.batch_size)
+        return Job(spec, adapter, task, data, config, decoding, canvas, planned)
 
     def pending(self, job: Job) -> list[PlannedSample]:
         """This rank's share (every world_size-th sample of the plan) minus what any rank already stored."""
@@ -319,7 +321,7 @@ class Runner:
                 "model_ref": job.spec.ref,
                 "model": job.adapter.identity(),
                 "implementation": job.adapter.implementation(job.config.runtime),
-                "decoding": record(job.config),
+                "decoding": job.decoding,
                 "preset": s.preset,
                 "task": job.task.describe(),
                 "task_version": job.task.version,

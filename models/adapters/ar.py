@@ -37,8 +37,9 @@ class ARAdapter(CausalLMAdapter):
     runtime = ARRuntime()
     loaded_fields = ("_loaded", "tokenizer", "native_network", "calls", "compiled_calls", "transformers_network")
 
-    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
-        config = super().make_config(overrides, canvas)
+    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None,
+                    seed: int | None = None) -> ModelConfig:
+        config = super().make_config(overrides, canvas, seed)
         if config.runtime.compile and config.runtime.network == "transformers":
             raise ConfigError(f"{self.name}: compile=true needs the native network (network=native or auto)")
         return config

@@ -34,8 +34,9 @@ class RefusionAdapter(CausalLMAdapter):
     template = TemplateOptions(enable_thinking=True)  # as ReFusion was trained and evaluated (no think block)
     runtime = RefusionRuntime()
 
-    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None) -> ModelConfig:
-        config = super().make_config(overrides, canvas)
+    def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None,
+                    seed: int | None = None) -> ModelConfig:
+        config = super().make_config(overrides, canvas, seed)
         if config.runtime.compile and config.runtime.network != "native":
             raise ConfigError(f"{self.name}: compile=true needs network=native (the transformers path is not "
                               "compiled)")

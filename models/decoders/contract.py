@@ -9,6 +9,8 @@ This module is a leaf: decoders, adapters and the option layer import it, it imp
 from __future__ import annotations
 
 import dataclasses
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -33,28 +35,41 @@ def token_id_field() -> Any:
     return field(default=None, metadata={FILLED: "token_id"})
 
 
-def filled_fields(config: Any, role: str) -> Iterator[tuple[Any, dataclasses.Field]]:
-    """(owning dataclass instance, field) of every field marked ``role``, nested configs included."""
-    for f in dataclasses.fields(config):
-        value = getattr(config, f.name)
-        if f.metadata.get(FILLED) == role:
-            yield config, f
-        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            yield from filled_fields(value, role)
+@functools.cache
+def _filled_paths(cls: type) -> tuple[tuple[tuple[str, ...], str], ...]:
+    """(attribute path, role) of every filled field of a config class, nested configs included. Read once per
+    class, so the check at the start of a decode is a few attribute reads, not a walk over the dataclass."""
+    hints = typing.get_type_hints(cls)
+    paths: list[tuple[tuple[str, ...], str]] = []
+    for f in dataclasses.fields(cls):
+        if FILLED in f.metadata:
+            paths.append(((f.name,), f.metadata[FILLED]))
+        elif dataclasses.is_dataclass(hints[f.name]):
+            paths.extend(((f.name, *path), role) for path, role in _filled_paths(hints[f.name]))
+    return tuple(paths)
+
+
+def _filled(config: Any, role: str) -> Iterator[tuple[Any, str]]:
+    """(the config holding it, field name) of every field of ``config`` marked ``role``."""
+    for path, marked in _filled_paths(type(config)):
+        if marked == role:
+            holder = config
+            for name in path[:-1]:
+                holder = getattr(holder, name)
+            yield holder, path[-1]
 
 
 def canvas_of(config: Any) -> int | None:
     """The config's canvas (None until the adapter sets it)."""
-    found = [getattr(owner, f.name) for owner, f in filled_fields(config, "canvas")]
-    return found[0] if found else None
+    return next((getattr(holder, name) for holder, name in _filled(config, "canvas")), None)
 
 
 def require_filled(config: Any, owner: str, roles: tuple[str, ...] = ("canvas", "token_id")) -> None:
     """One line naming the first canvas or token id still unset (the adapter fills them; a direct caller must)."""
     for role in roles:
-        for holder, f in filled_fields(config, role):
-            if getattr(holder, f.name) is None:
-                raise ConfigError(f"{owner}: {f.name} is not set ({type(holder).__name__}.{f.name} is the "
+        for holder, name in _filled(config, role):
+            if getattr(holder, name) is None:
+                raise ConfigError(f"{owner}: {name} is not set ({type(holder).__name__}.{name} is the "
                                   f"checkpoint's {'canvas' if role == 'canvas' else 'token id'}; set it first)")
 
 

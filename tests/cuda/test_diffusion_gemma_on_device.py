@@ -15,7 +15,6 @@ import torch
 from harness.run.generation import generate_timed
 from models.base import GenerationRequest, Message
 from models.decoders.sampling import row_seed
-from models.options import with_default_seed
 from models.registry import load_adapter, spec_for
 
 DEVICE = torch.device(os.environ.get("DLLM_TEST_DEVICE", "cuda"))
@@ -30,7 +29,7 @@ REQUESTS = [GenerationRequest(messages=(Message("user", q),), canvas_tokens=24)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
 def test_diffusiongemma_on_the_device_is_seeded_counted_and_timed(dtype):
     adapter = load_adapter(spec_for("tiny-diffusiongemma"), DEVICE, dtype)
-    config = with_default_seed(adapter.make_config({"max_denoising_steps": 3}), SEED)
+    config = adapter.make_config({"max_denoising_steps": 3}, seed=SEED)
     first = adapter.generate(REQUESTS, config)
     _, again, seconds, forward_s = generate_timed(adapter, config, REQUESTS)
     assert [g.token_ids for g in first] == [g.token_ids for g in again]

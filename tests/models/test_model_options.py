@@ -18,7 +18,7 @@ from models.decoders.contract import ConfigError
 from models.decoders.dream import DREAM
 from models.decoders.fastdllm.llada_sampler import FastLLaDAConfig
 from models.decoders.llada import LLADA
-from models.options import coerce, option, record, set_options, with_default_seed
+from models.options import coerce, option, record, set_options
 from models.registry import adapter_class, load_adapter, spec_for
 
 CPU = torch.device("cpu")
@@ -55,8 +55,9 @@ def test_nested_options_are_addressed_by_leaf_names_and_filled_fields_are_not_op
     with pytest.raises(ConfigError, match="unknown option mask_id; valid options: block_length, cache, "):
         set_options(FastLLaDAConfig(), {"mask_id": "3"}, "m")
     assert "mask_id" not in record(FastLLaDAConfig()) and record(FastLLaDAConfig())["gen_length"] is None
-    seeded = with_default_seed(config, 9)
-    assert option(seeded, "seed") == 9 and option(with_default_seed(seeded, 10), "seed") == 9
+    seeded = set_options(config, {}, "m", seed=9)
+    assert option(seeded, "seed") == 9 and option(set_options(seeded, {}, "m", seed=10), "seed") == 9
+    assert option(set_options(config, {"seed": "3"}, "m", seed=9), "seed") == 3  # an explicit seed wins
 
 
 def test_plain_and_fastdllm_are_distinct_kinds_choosing_their_decoder():

