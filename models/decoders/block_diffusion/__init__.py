@@ -1,15 +1,18 @@
-"""Block diffusion with exact KV reuse (SDAR/TraDo, Fast-dLLM v2, LLaDA2.x): ``rules`` (the config, proposals, commit
-rules and one-step updates), ``lockstep`` (a static batch, rows on absolute blocks together, as the published
-batched code runs them) and ``stream`` (rows in flight, each prompt a program of its own)."""
+"""Block diffusion with exact KV reuse (SDAR/TraDo, Fast-dLLM v2, LLaDA2.x): ``strategy`` (the config and the choices
+it makes, checked once), ``rules`` (proposals, commit rules and one-step updates), ``lockstep`` (a static batch, rows
+on absolute blocks together, as the published batched code runs them) and ``stream`` (rows in flight, each prompt a
+program of its own)."""
 
 from models.decoders.block_diffusion.lockstep import block_diffusion_generate
-from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, block_diffusion_at_canvas, commit_rule,
-                                                   propose, transfer_schedule, validate_block_diffusion_config)
+from models.decoders.block_diffusion.rules import commit_rule, propose, transfer_schedule
+from models.decoders.block_diffusion.strategy import (BlockDiffusionConfig, BlockStrategy, block_diffusion_at_canvas,
+                                                      block_strategy, validate_block_diffusion_config)
 from models.decoders.block_diffusion.stream import block_diffusion_stream
 from models.decoders.contract import Decoder
 
 BLOCK_DIFFUSION = Decoder("block-diffusion", BlockDiffusionConfig, block_diffusion_generate,
                           block_diffusion_at_canvas, validate_block_diffusion_config, stream=block_diffusion_stream)
 
-__all__ = ["BLOCK_DIFFUSION", "BlockDiffusionConfig", "block_diffusion_generate", "block_diffusion_stream",
-           "commit_rule", "propose", "transfer_schedule", "validate_block_diffusion_config"]
+__all__ = ["BLOCK_DIFFUSION", "BlockDiffusionConfig", "BlockStrategy", "block_diffusion_generate",
+           "block_diffusion_stream", "block_strategy", "commit_rule", "propose", "transfer_schedule",
+           "validate_block_diffusion_config"]

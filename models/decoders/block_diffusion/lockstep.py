@@ -10,9 +10,11 @@ The sequence is cut into blocks of ``block_length`` at absolute positions 0, B, 
 3. *commit*: one forward of the finished block that writes its K/V (its last logit may give the next block's first
    token, Fast-dLLM v2's one AR step); a row stops after a block that holds an end-of-sequence id.
 
-The prompt's whole blocks are prefilled in one forward first. With ``fused_commit`` (LLaDA2, whose published
-``generate`` recomputes the whole prefix every step) there is no prefill or commit forward of its own: a block's
-first peek carries the blocks not yet written and writes them, so every forward is one of the reference's steps.
+The config's choices come resolved once per decode, a ``BlockStrategy`` (``strategy``): the window, how a finished
+block reaches the cache, how positions are scored, when a row stops, and token editing. The prompt's whole blocks
+are prefilled in one forward first. With fused cache writes (``fused_commit``: LLaDA2, whose published ``generate``
+recomputes the whole prefix every step) there is no prefill or commit forward of its own: a block's first peek
+carries the blocks not yet written and writes them, so every forward is one of the reference's steps.
 The rows of a batch run in lockstep on absolute blocks, as the published batched code runs them (each row's prompt
 starts at column 0, so every row holds the same number of cached entries): a row whose prompt still covers the
 current block, or whose masks are all filled, idles through the batch's peeks, which leave its cache untouched, so
@@ -24,7 +26,7 @@ through, nor the writes of its prompt's blocks after the first (alone they are i
 On an accelerator every read of a device value by the host waits for the queue to drain, so the host tracks what
 it can and reads the rest once where it must decide: the prompt lengths and each window's (sub-block's) masks at
 the start; after each step, each row's masks left in the window (not for the static rule, whose count the host
-knows; with ``eos_early_stop`` the same read names the rows that stopped); after each block, which rows hold an end
+knows; with LLaDA2's early stop the same read names the rows that stopped); after each block, which rows hold an end
 of sequence; after a commit pass that set the next block's first token, that window's masks. The positions go to
 ``block_forward`` as a range, so the network knows on the host whether its entries lie in one block.
 
@@ -41,9 +43,9 @@ from typing import Any, Sequence
 
 import torch
 
-from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
-                                                   masks_after_static, peek_window, row_result, transfer_schedule,
-                                                   validate_block_diffusion_config)
+from models.decoders.block_diffusion.rules import (completes_to_eos, edit_changes, masks_after_static, peek_window,
+                                                   row_result, transfer_schedule)
+from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, Editing, block_strategy
 from models.decoders.contract import DecodeOutput, require_filled, write_tokens
 from models.decoders.sampling import Draws, check_inputs
 
@@ -99,30 +101,30 @@ def block_diffusion_generate(network: Any, input_ids: torch.LongTensor, attentio
     """Generate ``gen_length`` tokens after each (left-padded) prompt, block by block; rows are cut after the first
     end-of-sequence id. With ``row_seeds`` a sampling config draws each row from its own generator, as alone."""
     require_filled(cfg, "block diffusion")
-    validate_block_diffusion_config(cfg)
+    strategy = block_strategy(cfg)
     check_inputs(input_ids, attention_mask)
-    return _BlockDecode(network, input_ids, attention_mask, cfg, row_seeds).run()
+    return _BlockDecode(network, input_ids, attention_mask, cfg, strategy, row_seeds).run()
 
 
 class _BlockDecode:
     """One decode's state: the full canvas, the rows still running and their cache, the forwards spent."""
 
     def __init__(self, network: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 cfg: BlockDiffusionConfig, row_seeds: Sequence[int] | None) -> None:
+                 cfg: BlockDiffusionConfig, strategy: BlockStrategy, row_seeds: Sequence[int] | None) -> None:
         device = input_ids.device
         (n_rows, width), size, gen = input_ids.shape, cfg.block_length, cfg.gen_length
         canvas, self.lengths = _right_align(input_ids, attention_mask, width + gen + size, cfg.mask_id)
         self.host_lengths = [width] * n_rows if attention_mask is None else self.lengths.tolist()
         last_block = [(n + gen - 1) // size for n in self.host_lengths]  # every block up to the row's last token
         self.total = (max(last_block) + 1) * size
-        self.sub = cfg.sub_block_length or size
+        self.sub = strategy.window
         self.canvas = canvas[:, :self.total].contiguous()
         draws = Draws.for_batch(cfg.seed, row_seeds if cfg.temperature > 0 else None, n_rows, device)
         masks_left = _masks_per_window(self.canvas, cfg.mask_id, self.sub)
         self.steps, self.edits = torch.zeros_like(self.canvas), torch.zeros_like(self.canvas)
         self.rows = Rows(self.canvas.clone(), self.lengths, last_block, masks_left, draws, list(range(n_rows)),
                          self.steps.clone(), self.edits.clone())
-        self.network, self.cfg, self.device = network, cfg, device
+        self.network, self.cfg, self.strategy, self.device = network, cfg, strategy, device
         self.cache = network.new_cache(n_rows, self.total)
         self.eos = torch.tensor(cfg.eos_ids, device=device)
         self.schedule = transfer_schedule(size, cfg.denoising_steps)
@@ -135,17 +137,17 @@ class _BlockDecode:
     def run(self) -> DecodeOutput:
         cfg, size = self.cfg, self.cfg.block_length
         prefill = min(self.host_lengths) // size * size
-        if prefill and not cfg.fused_commit:
+        if prefill and self.strategy.cache_write != "fused":
             self.first_token(self.forward(0, prefill, write=True), prefill)
         for block in range(prefill // size, self.total // size):
             start, end = block * size, (block + 1) * size
             if self.decode_block(start, end) or self.finish_block(block, start, end):
                 break
-        return _output(self.canvas, self.steps, self.edits, self.own, self.lengths, cfg, self.nfe, self.row_nfe,
-                       self.row_forwards)
+        return _output(self.canvas, self.steps, self.edits, self.own, self.lengths, cfg, self.strategy, self.nfe,
+                       self.row_nfe, self.row_forwards)
 
     def forward(self, start: int, end: int, write: bool, alone: Sequence[bool] | None = None) -> torch.Tensor:
-        """Logits of columns [start, end), their K/V kept if ``write``; with ``fused_commit`` the call also feeds and
+        """Logits of columns [start, end), their K/V kept if ``write``; with fused cache writes the call also feeds and
         writes the columns before ``start`` not written yet. ``alone`` (per row, None: every row): the rows that
         take this forward decoded alone, the forwards their commit steps count (``own``)."""
         self.nfe += 1
@@ -155,7 +157,7 @@ class _BlockDecode:
         for row in self.rows.origin:
             self.row_nfe[row] += 1 / len(self.rows.origin)
             self.row_forwards[row] += 1
-        low = self.written if self.cfg.fused_commit else start
+        low = self.written if self.strategy.cache_write == "fused" else start
         keep = (end if write else start) - low
         # every row's columns are its positions (prompts start at column 0): a range, so no read decides the mask
         logits = self.network.block_forward(self.rows.canvas[:, low:end], range(low, end), self.cache,
@@ -166,7 +168,7 @@ class _BlockDecode:
     def first_token(self, logits: torch.Tensor, column: int) -> None:
         """The next block's first token from this forward's last logit, for rows whose prompt ends before it. The
         argmax may be the mask id itself, so the window's masks are read back."""
-        if self.cfg.first_token_from_commit and column < self.total:
+        if self.strategy.scoring == "shifted" and column < self.total:
             rows, window = self.rows, column // self.sub  # column starts a block, so a window
             fill = rows.prompt_lengths <= column
             first = torch.where(fill, logits[:, -1].argmax(dim=-1), rows.canvas[:, column])
@@ -176,16 +178,15 @@ class _BlockDecode:
                 row_left[window] = n
 
     def finish_block(self, block: int, start: int, end: int) -> bool:
-        """The block's commit forward (none with ``fused_commit``, nor when every row stopped and
-        ``commit_finished_block`` is off), then the rows done leave: those past their last block, known on the
-        host, and those whose block holds an end of sequence, read once (not at all when the host needs no
-        answer). True when no row is left."""
-        cfg, rows = self.cfg, self.rows
+        """The block's commit forward (``BlockStrategy.commit_forward``), then the rows done leave: those past their
+        last block, known on the host, and those whose block holds an end of sequence, read once (not at all when
+        the host needs no answer). True when no row is left."""
+        rows = self.rows
         generated = torch.arange(start, end, device=self.device)[None] >= rows.prompt_lengths[:, None]
         holds_eos = (torch.isin(rows.canvas[:, start:end], self.eos) & generated).any(dim=1)
-        commit_waits = not cfg.fused_commit and not cfg.commit_finished_block  # the commit depends on the answer
+        commit_waits = self.strategy.cache_write == "commit_while_running"  # the commit depends on the answer
         stopped = holds_eos.tolist() if commit_waits else None
-        if not cfg.fused_commit and (cfg.commit_finished_block or not all(stopped)):
+        if self.strategy.commit_forward(commit_waits and all(stopped)):
             alone = [start == 0 or self.host_lengths[row] < end for row in rows.origin]  # a prompt's: its prefill's
             self.first_token(self.forward(start, end, write=True, alone=alone), end)
         done = [last <= block for last in rows.last_block]
@@ -206,11 +207,11 @@ class _BlockDecode:
         return False
 
     def decode_block(self, start: int, end: int) -> bool:
-        """Peek and commit until no row holds a mask in the block [start, end), sub-block by sub-block; True when
-        ``eos_early_stop`` has stopped every row."""
-        cfg, step = self.cfg, 0
-        if cfg.edit_threshold is not None:
-            self.edit_block(start, end)
+        """Peek and commit until no row holds a mask in the block [start, end), window by window; True when an end
+        of sequence has stopped every row mid-block."""
+        cfg, strategy, step = self.cfg, self.strategy, 0
+        if strategy.editing is not None:
+            self.edit_block(strategy.editing, start, end)
             return False
         for low in range(start, end, self.sub):
             window = low // self.sub
@@ -218,12 +219,12 @@ class _BlockDecode:
                 current = self.rows.canvas[:, low:low + self.sub]
                 drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
                 alone = [bool(row_left[window]) for row_left in self.rows.masks_left]  # the others idle through it
-                updated, chosen, tokens = peek_window(cfg, self.forward(start, end, write=False, alone=alone),
+                updated, chosen, tokens = peek_window(cfg, strategy, self.forward(start, end, write=False, alone=alone),
                                                       current, low - start, step, self.schedule, self.rows.draws,
                                                       drawing)
                 write_tokens(self.rows.canvas, self.rows.steps, slice(low, low + self.sub), updated, self.nfe)
                 stopped = None
-                if cfg.eos_early_stop:
+                if strategy.stop == "eos_filled":
                     stopped = completes_to_eos(self.rows.canvas[:, :end], self.rows.prompt_lengths, self.eos,
                                                cfg.mask_id, chosen & torch.isin(tokens, self.eos))
                 if self.count_masks(window, step, updated, stopped):
@@ -233,9 +234,10 @@ class _BlockDecode:
 
     def count_masks(self, window: int, step: int, updated: torch.Tensor, stopped: torch.Tensor | None) -> bool:
         """Each row's masks left in ``window`` (now ``updated``) after ``step``. The static rule's are known on the
-        host (``masks_after_static``); any other rule's are read, in the same read as the rows ``stopped`` mid-block (``eos_early_stop``; read as -1), which leave. True when every row has stopped."""
+        host (``masks_after_static``); any other rule's are read, in the same read as the rows ``stopped`` mid-block
+        (read as -1), which leave. True when every row has stopped."""
         cfg, rows = self.cfg, self.rows
-        if cfg.remasking == "low_confidence_static" and stopped is None:
+        if self.strategy.masks_known and stopped is None:
             for row_left in rows.masks_left:
                 row_left[window] = masks_after_static(row_left[window], step, self.schedule)
             return False
@@ -245,25 +247,25 @@ class _BlockDecode:
             row_left[window] = n
         return self.stop([n < 0 for n in counts])
 
-    def edit_block(self, start: int, end: int) -> None:
+    def edit_block(self, editing: Editing, start: int, end: int) -> None:
         """LLaDA2.1's joint threshold (mask-to-token and token-to-token, as SGLang's ``JointThreshold`` runs it):
         each step fills masks by ``commit_rule`` and re-takes every generated token of the block whose proposal
-        differs with confidence above ``edit_threshold``. A row is done when a step changes nothing, or after
-        ``max_post_edit_steps`` steps with no mask left; which are is read once per step (alone, a row's block ends at
-        the step that makes it done, so it takes no later step of the block as its own)."""
+        differs with confidence above ``editing.threshold``. A row is done when a step changes nothing, or after
+        ``editing.max_post_steps`` steps with no mask left; which are is read once per step (alone, a row's block
+        ends at the step that makes it done, so it takes no later step of the block as its own)."""
         cfg, rows = self.cfg, self.rows
         columns = torch.arange(start, end, device=self.device)[None]
         editable = columns >= rows.prompt_lengths[:, None]
         done = torch.zeros(len(rows.origin), dtype=torch.bool, device=self.device)
         post_steps = torch.zeros_like(done, dtype=torch.long)
         alone = [self.host_lengths[row] < end for row in rows.origin]  # alone, a row runs no block of its prompt
-        for step in range(cfg.block_length + cfg.max_post_edit_steps):
+        for step in range(cfg.block_length + editing.max_post_steps):
             current = rows.canvas[:, start:end]
-            tokens, change = edit_changes(cfg, self.forward(start, end, write=False, alone=alone), current, editable,
-                                          step, self.schedule)
+            tokens, change = edit_changes(cfg, editing, self.forward(start, end, write=False, alone=alone), current,
+                                          editable, step, self.schedule)
             filled = ~(current == cfg.mask_id).any(dim=1)
             post_steps += (filled & ~done).long()
-            done |= filled & (post_steps > cfg.max_post_edit_steps)
+            done |= filled & (post_steps > editing.max_post_steps)
             change &= ~done[:, None]
             done |= ~change.any(dim=1)
             rows.edits[:, start:end] += change & (current != cfg.mask_id)
@@ -275,13 +277,14 @@ class _BlockDecode:
 
 
 def _output(canvas: torch.Tensor, steps: torch.Tensor, edits: torch.Tensor, own: list[list[int]],
-            lengths: torch.Tensor, cfg: BlockDiffusionConfig, nfe: int, row_nfe: list[float],
-            row_forwards: list[int]) -> DecodeOutput:
+            lengths: torch.Tensor, cfg: BlockDiffusionConfig, strategy: BlockStrategy, nfe: int,
+            row_nfe: list[float], row_forwards: list[int]) -> DecodeOutput:
     """Each row's ``gen`` tokens after its prompt, cut after the first end-of-sequence id, with their commit steps
     (all read in one transfer) turned from the batch's count into the row's ``own``."""
     columns = lengths[:, None] + torch.arange(cfg.gen_length, device=canvas.device)[None]
     tokens = canvas.gather(1, columns)
     read = torch.stack([tokens, steps.gather(1, columns), edits.gather(1, columns)]).tolist()
-    results = tuple(row_result(ids, [bisect.bisect_right(taken, g) for g in at], re_takes, cfg, spent, forwards)
+    results = tuple(row_result(ids, [bisect.bisect_right(taken, g) for g in at], re_takes, cfg, strategy, spent,
+                               forwards)
                     for ids, at, re_takes, taken, spent, forwards in zip(*read, own, row_nfe, row_forwards))
     return DecodeOutput(rows=results, nfe=nfe, tokens=tokens)

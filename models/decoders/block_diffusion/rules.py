@@ -1,91 +1,19 @@
-"""The rules of block diffusion, shared by the static batch (``lockstep``) and rows in flight (``stream``): the
-config and its checks, logits to proposals, which masks a step commits, and the one-step updates of a window built
-from them, and a finished row's result. Each works on [A, W] rows of one window, so one row or a batch call the same
-code."""
+"""The rules of block diffusion, shared by the static batch (``lockstep``) and rows in flight (``stream``): logits to
+proposals, which masks a step commits, and the one-step updates of a window built from them, and a finished row's
+result, each given the config's numbers and its ``strategy``'s choices. Each works on [A, W] rows of one window, so one
+row or a batch call the same code."""
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence, get_args
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.contract import ConfigError, DecodeResult, canvas_field, committed, token_id_field
+from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, Editing
+from models.decoders.contract import DecodeResult, committed
 from models.decoders.sampling import Draws, llada_step_counts, top_k_filter, top_p_filter
-
-Remasking = Literal["low_confidence_static", "low_confidence_dynamic", "entropy_bounded", "sequential",
-                    "threshold_plus_best"]
-REMASKING = get_args(Remasking)
-
-
-@dataclass(frozen=True)
-class BlockDiffusionConfig:
-    """One block-diffusion decode. SDAR's rules are ``low_confidence_static`` (a fixed count per step from the
-    schedule), ``low_confidence_dynamic`` (every mask above ``confidence_threshold``, else the schedule's count) and
-    ``entropy_bounded`` (the lowest-entropy masks whose entropies sum to ``eb_threshold``, at least one), plus
-    ``sequential``; Fast-dLLM v2's is ``threshold_plus_best`` (every mask above the threshold and always the most
-    confident one) over sub-blocks of ``sub_block_length`` decoded left to right, with its one-token logit shift and
-    the next block's first token from the commit pass.
-
-    temperature 0 is greedy (argmax, confidence = its softmax probability); above 0 the logits are divided by it,
-    truncated by ``top_k`` / ``top_p`` and sampled, confidence being the sampled token's probability under that
-    truncated distribution (SDAR's sampler; SDAR's own "greedy" is temperature 1 with top_k 1).
-    """
-
-    gen_length: int | None = canvas_field()
-    block_length: int = 4
-    denoising_steps: int = 4
-    remasking: Remasking = "low_confidence_static"
-    confidence_threshold: float = 0.85
-    eb_threshold: float = 0.35
-    sub_block_length: int | None = None  # None: the whole block is one sub-block
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    logit_shift: bool = False  # position i scored by the logits at i - 1 (Fast-dLLM v2)
-    first_token_from_commit: bool = False  # a block's first token is the argmax of the previous forward's last logit
-    commit_finished_block: bool = True  # False: no commit forward once every row of the batch has finished
-    fused_commit: bool = False  # finished blocks are written by the next block's first peek (LLaDA2)
-    eos_early_stop: bool = False  # a row stops mid-block once its tokens up to an end of sequence are all filled
-    edit_threshold: float | None = None  # LLaDA2.1's token editing: a filled token whose proposal differs re-takes it
-    max_post_edit_steps: int = 16  # editing steps once the block holds no mask
-    seed: int = 0
-    mask_id: int | None = token_id_field()
-    eos_ids: tuple[int, ...] | None = token_id_field()
-
-
-def block_diffusion_at_canvas(cfg: BlockDiffusionConfig, canvas: int) -> BlockDiffusionConfig:
-    return dataclasses.replace(cfg, gen_length=canvas)
-
-
-def validate_block_diffusion_config(cfg: BlockDiffusionConfig) -> None:
-    """One line for each setting the decoder cannot run."""
-    if cfg.remasking not in REMASKING:
-        raise ConfigError(f"unknown remasking {cfg.remasking!r}; valid: {', '.join(REMASKING)}")
-    if cfg.edit_threshold is not None and (cfg.eos_early_stop or cfg.sub_block_length or cfg.temperature):
-        raise ConfigError("token editing (edit_threshold) runs whole blocks greedily: unset eos_early_stop, "
-                          "sub_block_length and temperature, or edit_threshold")
-    if cfg.max_post_edit_steps < 0:
-        raise ConfigError(f"max_post_edit_steps must be >= 0, got {cfg.max_post_edit_steps}")
-    if cfg.block_length < 1:
-        raise ConfigError(f"block_length must be >= 1, got {cfg.block_length}")
-    if not 1 <= cfg.denoising_steps <= cfg.block_length:
-        raise ConfigError(f"denoising_steps must be in 1..block_length ({cfg.block_length}), got {cfg.denoising_steps}")
-    sub = cfg.sub_block_length
-    if sub is not None and (sub < 1 or cfg.block_length % sub):
-        raise ConfigError(f"sub_block_length {sub} must divide block_length {cfg.block_length}")
-    if cfg.gen_length is not None and cfg.gen_length < 1:
-        raise ConfigError(f"gen_length must be >= 1, got {cfg.gen_length}")
-    if not cfg.temperature >= 0:
-        raise ConfigError(f"temperature must be >= 0, got {cfg.temperature}")
-    if cfg.top_k < 0 or not 0 < cfg.top_p <= 1:
-        raise ConfigError(f"top_k must be >= 0 and top_p in (0, 1], got {cfg.top_k} and {cfg.top_p}")
-    for name in ("confidence_threshold", "eb_threshold"):
-        if math.isnan(getattr(cfg, name)):
-            raise ConfigError(f"{name} must be a number")
 
 
 def transfer_schedule(block_length: int, steps: int) -> list[int]:
@@ -218,13 +146,13 @@ def masks_after_static(left: int, step: int, schedule: Sequence[int]) -> int:
 
 
 # ---- one step of a window, for one row or many ------------------------------------------------------------------
-def peek_window(cfg: BlockDiffusionConfig, block_logits: torch.Tensor, current: torch.Tensor, offset: int, step: int,
-                schedule: Sequence[int], draws: Draws,
+def peek_window(cfg: BlockDiffusionConfig, strategy: BlockStrategy, block_logits: torch.Tensor,
+                current: torch.Tensor, offset: int, step: int, schedule: Sequence[int], draws: Draws,
                 drawing: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A peek's commits in one window: ``block_logits`` [A, block] are the peek's over the block, ``current`` [A, W]
     the window's tokens from column ``offset`` of the block. Returns the updated window, which masks took their
     proposal, and the proposals."""
-    if cfg.logit_shift:
+    if strategy.scoring == "shifted":  # the first column keeps its own: its token came from the forward before
         block_logits = torch.cat([block_logits[:, :1], block_logits[:, :-1]], dim=1)
     proposal = propose(block_logits[:, offset:offset + current.shape[1]], cfg, draws, drawing)
     chosen = commit_rule(cfg, proposal, current == cfg.mask_id, step, schedule)
@@ -232,16 +160,16 @@ def peek_window(cfg: BlockDiffusionConfig, block_logits: torch.Tensor, current: 
     return torch.where(chosen, tokens, current), chosen, tokens
 
 
-def edit_changes(cfg: BlockDiffusionConfig, block_logits: torch.Tensor, current: torch.Tensor,
+def edit_changes(cfg: BlockDiffusionConfig, editing: Editing, block_logits: torch.Tensor, current: torch.Tensor,
                  editable: torch.Tensor, step: int, schedule: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """LLaDA2.1's step over a block [A, block] (greedy): the proposals, and where they go — the masks
     ``commit_rule`` fills and every ``editable`` token whose proposal differs with confidence above
-    ``edit_threshold``."""
+    ``editing.threshold``."""
     masked = current == cfg.mask_id
     proposal = propose(block_logits, cfg, Draws(None, None), None)
     tokens = never_the_mask(proposal, cfg.mask_id)
     fill = commit_rule(cfg, proposal, masked, step, schedule)
-    edit = (proposal.confidence > cfg.edit_threshold) & (current != tokens) & editable & ~masked
+    edit = (proposal.confidence > editing.threshold) & (current != tokens) & editable & ~masked
     return tokens, fill | edit
 
 
@@ -257,10 +185,10 @@ def completes_to_eos(canvas: torch.Tensor, prompt_lengths: torch.Tensor, eos: to
     return committed_eos.any(dim=1) & ~open_before.any(dim=1)
 
 
-def row_result(ids: list[int], steps: list[int], edits: list[int], cfg: BlockDiffusionConfig, nfe: float,
-               forwards: int) -> DecodeResult:
+def row_result(ids: list[int], steps: list[int], edits: list[int], cfg: BlockDiffusionConfig,
+               strategy: BlockStrategy, nfe: float, forwards: int) -> DecodeResult:
     """A finished row from its canvas past the prompt (per column: token, commit step, re-takes): cut after the
     first end of sequence, with the kept tokens' commit steps and, where it edits, their re-takes."""
     fields = committed(ids, steps, cfg.eos_ids)
-    edited = sum(edits[:len(fields["token_ids"])]) if cfg.edit_threshold is not None else None
+    edited = sum(edits[:len(fields["token_ids"])]) if strategy.editing is not None else None
     return DecodeResult(nfe=nfe, forwards=forwards, edits=edited, **fields)

@@ -11,8 +11,9 @@ peek) in a forward of its own, whose cache rows then join the others (``KVBuffer
 the running rows' forward. A row leaves the cache when its program returns.
 
 Each row's program makes the calls, draws and commits the static batch makes for that prompt alone (``lockstep``,
-the same rules from ``rules``), so its tokens and forwards are the prompt's alone. With ``fused_commit`` a block's
-first peek also writes the block before it (twice the width), and the other rows of that forward are padded to it.
+the same rules from ``rules``, the same ``BlockStrategy``), so its tokens and forwards are the prompt's alone. With
+fused cache writes (``fused_commit``) a block's first peek also writes the block before it (twice the width), and
+the other rows of that forward are padded to it.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any, Generator, Iterator, Sequence
 
 import torch
 
-from models.decoders.block_diffusion.rules import (BlockDiffusionConfig, completes_to_eos, edit_changes,
-                                                   masks_after_static, peek_window, row_result, transfer_schedule,
-                                                   validate_block_diffusion_config)
+from models.decoders.block_diffusion.rules import (completes_to_eos, edit_changes, masks_after_static, peek_window,
+                                                   row_result, transfer_schedule)
+from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, block_strategy
 from models.decoders.contract import DecodeResult, Step, require_filled, write_tokens
 from models.decoders.flight import fly, took_part
 from models.decoders.sampling import Draws, make_generator, row_generators
@@ -57,12 +58,13 @@ def canvas_width(prompt_length: int, cfg: BlockDiffusionConfig) -> int:
     return ((prompt_length + cfg.gen_length - 1) // cfg.block_length + 1) * cfg.block_length
 
 
-def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) -> RowProgram:
-    """The decode of one prompt (1-D ids), as the calls it makes: prefill its whole blocks (unless ``fused_commit``),
-    then per block peek and commit until no mask is left, sub-block by sub-block, and write the block; it stops after
-    a block holding an end of sequence, or (``eos_early_stop``) as soon as everything up to one is filled. Returns
+def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, strategy: BlockStrategy, draws: Draws) -> RowProgram:
+    """The decode of one prompt (1-D ids), as the calls it makes: prefill its whole blocks (unless the cache writes
+    are fused), then per block peek and commit until no mask is left, window by window, and write the block; it stops
+    after a block holding an end of sequence, or (``eos_filled``) as soon as everything up to one is filled. Returns
     the canvas past the prompt, each column's commit step in the program's count of forwards (``write_tokens``)."""
-    size, sub, n = cfg.block_length, cfg.sub_block_length or cfg.block_length, int(prompt.shape[0])
+    size, sub, n = cfg.block_length, strategy.window, int(prompt.shape[0])
+    fused = strategy.cache_write == "fused"
     device, schedule = prompt.device, transfer_schedule(cfg.block_length, cfg.denoising_steps)
     eos, lengths = torch.tensor(cfg.eos_ids, device=device), torch.tensor([n], device=device)
     width = canvas_width(n, cfg)
@@ -81,7 +83,7 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
 
     def first_token(logits: torch.Tensor, column: int) -> None:
         """The next block's first token from the call's last logit, where the prompt ends at ``column``."""
-        if cfg.first_token_from_commit and column < width and n <= column:
+        if strategy.scoring == "shifted" and column < width and n <= column:
             write_tokens(canvas, steps, slice(column, column + 1), logits[-1].argmax().view(1, 1), forwards)
             masks_left[column // sub] = int((canvas[0, column:column + sub] == cfg.mask_id).sum())
 
@@ -89,27 +91,27 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
         return Canvas(*torch.stack([canvas, steps, edited])[:, 0, n:n + cfg.gen_length].tolist())
 
     prefill = n // size * size  # the prompt's whole blocks
-    if prefill and not cfg.fused_commit:
+    if prefill and not fused:
         first_token((yield from ask(Call(canvas[0, :prefill], 0, prefill))), prefill)
-    written = 0  # with fused_commit: the columns whose K/V the cache holds (the next peek writes the rest)
+    written = 0  # fused: the columns whose K/V the cache holds (the next peek writes the rest)
     for block in range(n // size, width // size):
         start, end = block * size, (block + 1) * size
 
         def peek() -> Generator[Call, torch.Tensor, torch.Tensor]:
-            """One peek of the block (with ``fused_commit`` also writing what is not written yet); its logits."""
+            """One peek of the block (fused: also writing what is not written yet); its logits."""
             nonlocal written
-            low = written if cfg.fused_commit else start
+            low = written if fused else start
             logits = yield from ask(Call(canvas[0, low:end], low, start - low))
             written = start
             return logits[start - low:][None]
 
-        if cfg.edit_threshold is not None:
+        if (editing := strategy.editing) is not None:
             editable, post_steps = (torch.arange(start, end, device=device) >= n)[None], 0
-            for step in range(size + cfg.max_post_edit_steps):
+            for step in range(size + editing.max_post_steps):
                 current = canvas[:, start:end]
-                new, change = edit_changes(cfg, (yield from peek()), current, editable, step, schedule)
+                new, change = edit_changes(cfg, editing, (yield from peek()), current, editable, step, schedule)
                 post_steps += not bool((current == cfg.mask_id).any())
-                if post_steps > cfg.max_post_edit_steps or not bool(change.any()):
+                if post_steps > editing.max_post_steps or not bool(change.any()):
                     break
                 edited[:, start:end] += change & (current != cfg.mask_id)
                 write_tokens(canvas, steps, slice(start, end), torch.where(change, new, current), forwards)
@@ -117,17 +119,18 @@ def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, draws: Draws) ->
             step = 0
             for low in range(start, end, sub):
                 while masks_left[low // sub]:
-                    updated, chosen, proposed = peek_window(cfg, (yield from peek()), canvas[:, low:low + sub],
-                                                            low - start, step, schedule, draws, (0,))
+                    updated, chosen, proposed = peek_window(cfg, strategy, (yield from peek()),
+                                                            canvas[:, low:low + sub], low - start, step, schedule,
+                                                            draws, (0,))
                     write_tokens(canvas, steps, slice(low, low + sub), updated, forwards)
-                    if cfg.eos_early_stop and bool(completes_to_eos(canvas[:, :end], lengths, eos, cfg.mask_id,
-                                                                    chosen & torch.isin(proposed, eos))):
+                    if strategy.stop == "eos_filled" and bool(completes_to_eos(
+                            canvas[:, :end], lengths, eos, cfg.mask_id, chosen & torch.isin(proposed, eos))):
                         return tokens()
                     masks_left[low // sub] = masks_after_static(masks_left[low // sub], step, schedule) \
-                        if cfg.remasking == "low_confidence_static" else int((updated == cfg.mask_id).sum())
+                        if strategy.masks_known else int((updated == cfg.mask_id).sum())
                     step += 1
         holds_eos = bool(torch.isin(canvas[0, max(start, n):end], eos).any())
-        if not cfg.fused_commit and (cfg.commit_finished_block or not holds_eos):
+        if strategy.commit_forward(every_row_stopped=holds_eos):
             first_token((yield from ask(Call(canvas[0, start:end], start, size))), end)
         if holds_eos:
             break
@@ -199,7 +202,7 @@ def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: B
     rows joining in a forward of their own). With ``row_seeds`` a sampling row draws from its own generator (its
     tokens alone); without, the rows share the config's seed."""
     require_filled(cfg, "block diffusion")
-    validate_block_diffusion_config(cfg)
+    strategy = block_strategy(cfg)
     if not prompts:
         return
     if min(int(p.shape[0]) for p in prompts) == 0:
@@ -209,13 +212,15 @@ def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: B
     shared = Draws(make_generator(cfg.seed, device), None)
 
     def admit(i: int) -> _Flight:
-        program = row_decode(prompts[i], cfg, shared if generators is None else Draws(None, (generators[i],)))
+        program = row_decode(prompts[i], cfg, strategy,
+                             shared if generators is None else Draws(None, (generators[i],)))
         return _Flight(i, program, next(program))
 
     capacity = max(canvas_width(int(p.shape[0]), cfg) for p in prompts) + cfg.block_length
-    yield from fly(len(prompts), max_rows, admit, _Round(network, cfg, capacity), lambda f: _result(f, cfg))
+    yield from fly(len(prompts), max_rows, admit, _Round(network, cfg, capacity),
+                   lambda f: _result(f, cfg, strategy))
 
 
-def _result(flight: _Flight, cfg: BlockDiffusionConfig) -> DecodeResult:
-    return row_result(flight.canvas.ids, flight.canvas.steps, flight.canvas.edits, cfg, flight.share,
+def _result(flight: _Flight, cfg: BlockDiffusionConfig, strategy: BlockStrategy) -> DecodeResult:
+    return row_result(flight.canvas.ids, flight.canvas.steps, flight.canvas.edits, cfg, strategy, flight.share,
                       flight.forwards)

@@ -10,14 +10,16 @@ import pytest
 import torch
 from block_stubs import RecomputeNetwork, native_logits, table_logits
 
-from models.decoders.block_diffusion import (BlockDiffusionConfig, block_diffusion_generate, block_diffusion_stream,
-                                             commit_rule, propose,
+from models.decoders.block_diffusion import (BlockDiffusionConfig, BlockStrategy, block_diffusion_generate,
+                                             block_diffusion_stream, block_strategy, commit_rule, propose,
                                              transfer_schedule, validate_block_diffusion_config)
-from models.decoders.block_diffusion.rules import COMMIT_RULES, REMASKING
+from models.decoders.block_diffusion.rules import COMMIT_RULES
+from models.decoders.block_diffusion.strategy import REMASKING, Editing
 from models.decoders.contract import ConfigError
 from models.decoders.sampling import Draws
 from models.networks.dream import DreamNetwork, tiny_dream_config
 from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
+from models.registry import MODELS
 
 V, MASK, EOS = 48, 47, 46
 SDAR = BlockDiffusionConfig(block_length=4, denoising_steps=4, remasking="low_confidence_static", temperature=0,
@@ -240,9 +242,30 @@ def test_every_remasking_option_has_its_commit_rule():
 def test_bad_settings_fail_in_one_line():
     for changes, words in [({"remasking": "greedy"}, "unknown remasking"), ({"denoising_steps": 9}, "denoising_steps"),
                            ({"sub_block_length": 3}, "sub_block_length"), ({"temperature": -1}, "temperature"),
-                           ({"edit_threshold": 0.5, "eos_early_stop": True}, "token editing")]:
-        with pytest.raises(ConfigError, match=words):
+                           ({"edit_threshold": 0.5, "eos_early_stop": True}, "token editing"),
+                           ({"logit_shift": True}, "set both or neither"),
+                           ({"first_token_from_commit": True}, "set both or neither"),
+                           ({"logit_shift": True, "first_token_from_commit": True, "fused_commit": True},
+                            "fused_commit"),
+                           ({"logit_shift": True, "first_token_from_commit": True, "edit_threshold": 0.5},
+                            "token editing")]:
+        with pytest.raises(ConfigError, match=words) as error:
             validate_block_diffusion_config(dataclasses.replace(SDAR, gen_length=8, **changes))
+        assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("sdar-8b", BlockStrategy(4, True, "commit", "aligned", "block_end", None)),
+    ("trado-8b", BlockStrategy(4, False, "commit", "aligned", "block_end", None)),
+    ("fastdllm-v2-7b", BlockStrategy(8, False, "commit_while_running", "shifted", "block_end", None)),
+    ("llada2-mini", BlockStrategy(32, False, "fused", "aligned", "eos_filled", None)),
+    ("llada2.1-mini", BlockStrategy(32, False, "fused", "aligned", "block_end", Editing(0.5, 16))),
+])
+def test_each_familys_defaults_build_its_strategy(model, expected):
+    """The registry's decoding defaults, as a run builds its config, resolve to the choices the family makes."""
+    fields = {f.name for f in dataclasses.fields(BlockDiffusionConfig)}
+    options = {k: v for k, v in MODELS[model].defaults.items() if k in fields}
+    assert block_strategy(BlockDiffusionConfig(**options, gen_length=64)) == expected
 
 
 # ---- the cached native networks against a full recompute, and batches against rows alone ----------------------
