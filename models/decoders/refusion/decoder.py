@@ -16,10 +16,10 @@ need not be sorted). One iteration over the still-masked slots R of the current 
      tokens only, so each slot's K/V is computed from the buffer and that slot alone; only the accepted entries are
      kept (a small copy of the tail), never a copy of the committed cache per slot.
 
-The algorithm is written per row, in plain Python over host lists, as a generator of forward requests that say
-what each forward must read back (``cache.drive`` batches the rows of a batch into one forward per round and reads
-every row's answers in one transfer); the cache is the native network's preallocated buffer or, for any other
-causal LM, a transformers cache (``cache.py``).
+The algorithm is written per row, in plain Python over host lists, as a generator of forward requests, one class per
+step above, that say what each forward must read back (``requests.py``; ``cache.drive`` batches the rows of a batch
+into one forward per round and reads every row's answers in one transfer); the cache is the native network's
+preallocated buffer or, for any other causal LM, a transformers cache (``cache.py``).
 
 Two reference defects are fixed (docs/decoders.md §1.4): after an end-of-sequence in path C the slots to drop
 are found by mapping the row through the chosen set, and the output is cut at the first end-of-sequence in position
@@ -39,8 +39,8 @@ from torch import Tensor
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
                                       cut_after_eos, require_filled, token_id_field)
-from models.decoders.refusion.cache import (NativeStepper, Reply, Request, Round, RowCache, RowProgram,
-                                            TransformersStepper, drive)
+from models.decoders.refusion.cache import NativeStepper, Round, RowCache, RowProgram, TransformersStepper, drive
+from models.decoders.refusion.requests import Plan, Reply, Request, SlotDraft, SlotVerify, Verify
 from models.decoders.sampling import make_generator
 
 
@@ -285,14 +285,14 @@ def _row_program(prompt: list[int], cfg: RefusionConfig, cache: RowCache, row: i
 
 
 def _plan_request(prompt: list[int], state: _State, slot_pos: list[int], cfg: RefusionConfig,
-                  generator: torch.Generator | None) -> Request:
+                  generator: torch.Generator | None) -> Plan:
     """Masks over every still-masked slot (the first call also feeds the prompt, whose logits are not read)."""
     masks = [cfg.mask_id] * len(slot_pos)
-    reads = dict(draft=True, first_of=cfg.slot_size, temperature=cfg.temperature, generator=generator,
-                 slot_threshold=cfg.slot_threshold)
+    reads = dict(slot_size=cfg.slot_size, slot_threshold=cfg.slot_threshold, temperature=cfg.temperature,
+                 generator=generator)
     if state.cache.length() == 0:
-        return Request(prompt + masks, list(range(len(prompt))) + slot_pos, keep=len(masks), **reads)
-    return Request(masks, slot_pos, **reads)
+        return Plan(prompt + masks, list(range(len(prompt))) + slot_pos, prompt_len=len(prompt), **reads)
+    return Plan(masks, slot_pos, **reads)
 
 
 def _slots(flat: list[int], size: int, chosen: list[int]) -> list[list[int]]:
@@ -327,7 +327,7 @@ def _iteration(prompt: list[int], state: _State, remaining: list[int], cfg: Refu
     # (B) global verification of the concatenated drafts (shifted probabilities).
     blocks, block_pos = _slots(plan.tokens, ss, chosen), _slots(slot_pos, ss, chosen)
     flat_tokens, flat_pos = sum(blocks, []), sum(block_pos, [])
-    verified = yield from _ask(state, Request(flat_tokens, flat_pos, verify=ss, token_threshold=cfg.token_threshold))
+    verified = yield from _ask(state, Verify(flat_tokens, flat_pos, run=ss, token_threshold=cfg.token_threshold))
     accept = _accepted_runs(verified.accepted, k, ss)
     flat_accept = sum(accept, [])
     prefix = next((i for i, a in enumerate(flat_accept) if not a), len(flat_accept))
@@ -380,14 +380,14 @@ def _complete_slots(state: _State, blocks: list[list[int]], block_pos: list[list
         window_pos = [p for r in pos for p in r[start:]]
         masked = [tok if seen else cfg.mask_id for r, kn in zip(rows, known) for tok, seen in zip(r[start:], kn)]
         where = dict(window=width, committed=base, owned=start)
-        drafted = yield from _ask(state, Request(masked, window_pos, draft=True, **where))
+        drafted = yield from _ask(state, SlotDraft(masked, window_pos, **where))
         state.cache.truncate(base + n_rows * start)  # the draft pass must leave nothing behind
         for r, (row, kn) in enumerate(zip(rows, known)):
             row[start:] = [tok if seen else drafted.tokens[r * width + i]
                            for i, (tok, seen) in enumerate(zip(row[start:], kn))]
         window = [tok for row in rows for tok in row[start:]]
-        verified = yield from _ask(state, Request(window, window_pos, verify=width,
-                                                  token_threshold=cfg.token_threshold, **where))
+        verified = yield from _ask(state, SlotVerify(window, window_pos, token_threshold=cfg.token_threshold,
+                                                     **where))
         passes += 1
         passed = _accepted_runs(verified.accepted, n_rows, width)
         counts, host_eos = [], []

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row, refusion_decode_rows, refusion_generate
-from models.decoders.refusion.cache import Request, request_windows
+from models.decoders.refusion.requests import (InSlot, Plan, Request, SlotDraft, SlotVerify, Verify, plan_reads,
+                                               request_windows)
 from models.networks.grouped_attention import dense_mask
 from models.networks.kv_buffer import KVBuffer
 from refusion_stubs import NudgedNative, native_copy, tiny_qwen
@@ -199,9 +200,10 @@ def test_decoding_builds_no_autograd_graph():
 
 
 def naive_visibility(req: Request, length: int, width: int, key_len: int) -> list[list[bool]]:
-    """The in-slot visibility rule, one query and key at a time (``Request``'s docstring), for the dense mask of ``request_windows``."""
+    """The in-slot visibility rule, one query and key at a time (``InSlot``'s docstring), for the dense mask of
+    ``request_windows``."""
     n_new = len(req.ids)
-    window, committed, owned = (req.window, req.committed, req.owned) if req.window else (n_new, length, 1)
+    window, committed, owned = (req.window, req.committed, req.owned) if isinstance(req, InSlot) else (n_new, length, 1)
     rows = []
     for q in range(width):
         real = q < n_new
@@ -225,15 +227,33 @@ def naive_visibility(req: Request, length: int, width: int, key_len: int) -> lis
 def test_dense_mask_follows_the_visibility_rule():
     """Rows in different phases (plain causal, in-slot windows with and without owned tail entries), different
     cache lengths and padding, against the rule evaluated entry by entry."""
-    reqs = [Request([0] * 6, [0] * 6),
-            Request([0] * 8, [0] * 8, window=4, committed=9, owned=3),
-            Request([0] * 9, [0] * 9, window=3, committed=5),
-            Request([0] * 2, [0] * 2)]
+    reqs = [Plan([0] * 6, [0] * 6, slot_size=2, slot_threshold=0.5),
+            SlotDraft([0] * 8, [0] * 8, window=4, committed=9, owned=3),
+            SlotVerify([0] * 9, [0] * 9, window=3, committed=5, owned=0, token_threshold=0.5),
+            Verify([0] * 2, [0] * 2, run=2, token_threshold=0.5)]
     lengths = [4, 15, 5, 20]
     width = max(len(r.ids) for r in reqs)
     key_len = max(lengths) + width
     expected = torch.tensor([naive_visibility(r, n, width, key_len) for r, n in zip(reqs, lengths)])[:, None]
     assert torch.equal(dense_mask(request_windows(reqs, lengths, width), torch.device("cpu")), expected)
+
+
+def test_each_request_kind_reads_its_own_cells():
+    """One forward of every kind: a plan drafts its masks (not the prompt fed with it) and reads each slot's first
+    token; an in-slot draft drafts every token; both verifies score every token but the first of each run, from the
+    cell before it. A request of no kind has nothing to read."""
+    reqs = [Plan([5, 6, 0, 0, 0, 0], list(range(6)), slot_size=2, slot_threshold=0.5, prompt_len=2),
+            SlotDraft([0, 0, 0], [0, 1, 2], window=3, committed=4, owned=0),
+            Verify([1, 2, 3, 4], [0, 1, 2, 3], run=2, token_threshold=0.25),
+            SlotVerify([7, 8, 9, 10], [0, 1, 2, 3], window=2, committed=4, owned=1, token_threshold=0.25)]
+    plan = plan_reads(reqs)
+    assert plan.shares == [(4, 2, 0), (3, 0, 0), (0, 0, 2), (0, 0, 2)]
+    assert list(zip(plan.rows, plan.columns)) == [(0, 2), (0, 3), (0, 4), (0, 5), (1, 0), (1, 1), (1, 2),
+                                                  (2, 0), (2, 2), (3, 0), (3, 2)]
+    assert plan.firsts == [0, 2] and plan.tokens == [2, 4, 8, 10]
+    assert (plan.slot_thresholds, plan.token_thresholds) == ({0.5}, {0.25})
+    with pytest.raises(TypeError):
+        plan_reads([Request([0], [0])])
 
 
 def test_stream_reports_each_round_and_each_prompt_once():
