@@ -137,8 +137,8 @@ def coerce(owner: str, name: str, value: Any, hint: Any) -> Any:
 
 def set_options(config: Any, values: dict[str, Any], owner: str, adapter_fields: bool = False,
                 seed: int | None = None) -> Any:
-    """``config`` with ``values`` (leaf name -> value) coerced and applied, and ``seed`` as the seed leaf where it
-    has one that neither ``values`` nor the config sets; nested configs are rebuilt with ``dataclasses.replace``.
+    """``config`` with ``values`` (leaf name -> value) coerced and applied, and ``seed`` as the seed leaf where
+    that is left None (unset, or set to none); nested configs are rebuilt with ``dataclasses.replace``.
     Canvas and token-id fields are only accepted with ``adapter_fields``."""
     if not values and seed is None:
         return config
@@ -148,9 +148,9 @@ def set_options(config: Any, values: dict[str, Any], owner: str, adapter_fields:
     if unknown:
         raise ConfigError(f"{owner}: unknown option {', '.join(unknown)}; valid options: {', '.join(sorted(valid))}")
     by_path = {valid[name].path: coerce(owner, name, value, valid[name].hint) for name, value in values.items()}
-    unseeded = table.get("seed")
-    if seed is not None and unseeded is not None and unseeded.value is None and "seed" not in values:
-        by_path[unseeded.path] = seed  # samplers without a seed of their own take the run's, so runs reproduce
+    leaf = table.get("seed")
+    if seed is not None and leaf is not None and by_path.get(leaf.path, leaf.value) is None:
+        by_path[leaf.path] = seed  # a sampler left without a seed takes the run's, so sampled runs reproduce
     return _replace_paths(config, by_path)
 
 

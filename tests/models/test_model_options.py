@@ -58,6 +58,7 @@ def test_nested_options_are_addressed_by_leaf_names_and_filled_fields_are_not_op
     seeded = set_options(config, {}, "m", seed=9)
     assert option(seeded, "seed") == 9 and option(set_options(seeded, {}, "m", seed=10), "seed") == 9
     assert option(set_options(config, {"seed": "3"}, "m", seed=9), "seed") == 3  # an explicit seed wins
+    assert option(set_options(config, {"seed": "none"}, "m", seed=9), "seed") == 9  # none means the run's
 
 
 def test_plain_and_fastdllm_are_distinct_kinds_choosing_their_decoder():
