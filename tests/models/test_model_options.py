@@ -14,7 +14,7 @@ import torch
 from harness.cli import main
 from models.adapters.dream import DreamAdapter, FastDreamAdapter
 from models.adapters.llada import FastLLaDAAdapter, LLaDAAdapter
-from models.decoders.contract import ConfigError
+from models.decoders.contract import ConfigError, canvas_of, require_filled
 from models.decoders.dream import DREAM
 from models.decoders.fastdllm.llada_sampler import FastLLaDAConfig
 from models.decoders.llada import LLADA
@@ -60,6 +60,22 @@ def test_nested_options_are_addressed_by_leaf_names_and_filled_fields_are_not_op
     assert option(set_options(config, {"seed": "3"}, "m", seed=9), "seed") == 3  # an explicit seed wins
     assert option(set_options(config, {"seed": "none"}, "m", seed=9), "seed") == 9  # none means the run's
 
+
+
+def test_filled_fields_are_found_inside_nested_configs():
+    """The check a decoder runs at the start of a decode reads field paths found once per config class; the nested
+    plain config's canvas and token ids are among them."""
+    config = FastLLaDAConfig()
+    assert canvas_of(config) is None
+    with pytest.raises(ConfigError, match=r"^m: gen_length is not set \(LLaDAConfig\.gen_length"):
+        require_filled(config, "m")
+    config = set_options(config, {"gen_length": 64}, "m", adapter_fields=True)
+    assert canvas_of(config) == 64
+    with pytest.raises(ConfigError, match="mask_id is not set"):
+        require_filled(config, "m")
+    require_filled(config, "m", ("canvas",))
+    filled = set_options(config, {"mask_id": 5, "eos_id": 1, "eot_id": 2}, "m", adapter_fields=True)
+    require_filled(filled, "m")
 
 def test_plain_and_fastdllm_are_distinct_kinds_choosing_their_decoder():
     assert adapter_class("llada") is LLaDAAdapter and LLaDAAdapter.decoder is LLADA
