@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from harness.stats.estimates import MetricSummary, summarize
-from harness.stats.order import median_split, order_summary, sample_order
+from harness.stats.order import median_split, order_summary
 from harness.stats.significance import unpaired_test
 
 TOKEN_DEFINITION = "generated_until_eos"
@@ -193,20 +193,19 @@ def diagnostic_rates(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def decode_order(samples: Sequence[dict[str, Any]], metric: str) -> dict[str, Any] | None:
-    """The order statistics of docs/measurement.md over the samples whose order can be measured (a ``commit_step``
-    and a defined tau; the rest are counted as skipped); None where no sample recorded its commit steps (an
-    engine-served model, DiffusionGemma)."""
-    recorded = [s for s in samples if s.get("commit_step") is not None]
-    if not recorded:
+    """The order statistics of docs/measurement.md over the samples whose order can be measured (the
+    ``decode_order`` figures scoring gave each record, ``harness.stats.order.order_record``, with a defined tau; the
+    rest are counted as skipped); None where no sample recorded its commit steps (an engine-served model,
+    DiffusionGemma)."""
+    if not any("decode_order" in s for s in samples):
         return None
-    measured = [(s, o) for s, o in ((s, sample_order(s["commit_step"])) for s in recorded)
-                if o is not None and o["order_tau"] is not None]
-    orders = [o for _, o in measured]
+    measured = [s for s in samples if s.get("decode_order") and s["decode_order"]["order_tau"] is not None]
+    orders = [s["decode_order"] for s in measured]
     return {
         "samples": len(measured),
         "skipped": len(samples) - len(measured),
         **order_summary(orders),
-        "by_order": order_split([s for s, _ in measured], [o["order_tau"] for o in orders], metric),
+        "by_order": order_split(measured, [o["order_tau"] for o in orders], metric),
     }
 
 

@@ -16,7 +16,9 @@ BY_INVERSIONS = ([1, 2, 3, 4], [2, 1, 3, 4], [3, 1, 2, 4], [4, 1, 2, 3], [4, 2, 
 
 
 def sample(commit_step, correct):
-    return {"commit_step": commit_step, "scores": {"acc": float(correct)}}
+    """A scored record as the runner writes it: its commit steps and the order figures scoring adds."""
+    steps = {"commit_step": commit_step}
+    return {**steps, "scores": {"acc": float(correct)}, **order_record(steps)}
 
 
 def test_autoregressive_is_tau_one_with_a_flat_profile():
@@ -96,7 +98,8 @@ def test_scored_records_and_results_carry_it():
     record = {"scores": {"acc": 1.0}, "gen_tokens": 2, "gen_tokens_after_stop": 2, "canvas_tokens": 8, "nfe": 2,
               "forwards": 2, "latency_s": 0.1, "hit_max_tokens": False, "warmup": False, "batch_size": 1}
     assert aggregate([record], "acc", 1, None)["decode_order"] is None
-    assert aggregate([{**record, "commit_step": [1, 2]}], "acc", 1, None)["decode_order"]["samples"] == 1
+    scored = {**record, "commit_step": [1, 2], **order_record({"commit_step": [1, 2]})}
+    assert aggregate([scored], "acc", 1, None)["decode_order"]["samples"] == 1
 
 
 def test_a_run_writes_decode_order(tmp_path):
