@@ -22,7 +22,7 @@ import torch
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
                                       cut_after_eos, require_filled, token_id_field)
-from models.decoders.flight import fly, took_part
+from models.decoders.flight import drop_finished, fly, joined, took_part
 from models.decoders.sampling import Draws, check_inputs, row_generators, top_k_filter, top_p_filter
 
 
@@ -118,17 +118,13 @@ class _Round:
             cache, first = prefill(self.network, [self.prompts[r.index] for r in joining], self.capacity,
                                    self.cfg.pad_id, self.device)
             took_part(joining)
-            if self.cache is None:
-                self.cache = cache
-            else:
-                self.cache.admit(cache)
+            self.cache = joined(self.cache, cache)
             logits = first if logits is None else torch.cat([logits, first])
         generators = None if rows[0].generator is None else tuple(r.generator for r in rows)
         for row, token in zip(rows, Draws(self.shared, generators).by_row(next_tokens, (logits,), self.cfg).tolist()):
             row.generated.append(token)
         ended = [r.generated[-1] in self.eos or len(r.generated) == self.cfg.max_new_tokens for r in rows]
-        if any(ended):
-            self.cache.select_rows([b for b, end in enumerate(ended) if not end])
+        drop_finished(self.cache, ended)
         return ended
 
 

@@ -10,7 +10,7 @@ with ``commit_row``, which stamps each changed position with the row's forward c
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
 
 import torch
 
@@ -54,6 +54,21 @@ def canvas_result(row: CanvasRow, eos_ids: Sequence[int]) -> DecodeResult:
     """A finished canvas row: its canvas past the prompt, cut after the first end of sequence, read in one transfer."""
     (ids,), (steps,) = read_rows(row.x[:, row.prompt_len:], row.steps[:, row.prompt_len:])
     return DecodeResult(nfe=row.share, forwards=row.forwards, **committed(ids, steps, eos_ids))
+
+
+def joined(cache: Any | None, rows: Any) -> Any:
+    """The cache of the rows in flight with ``rows`` (a cache of rows just prefilled apart) appended after its own
+    (``KVBuffer.admit``); ``rows`` itself when nothing was in flight."""
+    if cache is None:
+        return rows
+    cache.admit(rows)
+    return cache
+
+
+def drop_finished(cache: Any, done: Sequence[bool]) -> None:
+    """Only the cache rows of the rows still in flight stay (``done`` per row, in the cache's order)."""
+    if any(done):
+        cache.select_rows([row for row, end in enumerate(done) if not end])
 
 
 def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],

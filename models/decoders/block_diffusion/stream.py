@@ -27,7 +27,7 @@ from models.decoders.block_diffusion.rules import (completes_to_eos, edit_change
                                                    row_result, transfer_schedule)
 from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, block_strategy
 from models.decoders.contract import DecodeResult, Step, require_filled, write_tokens
-from models.decoders.flight import fly, took_part
+from models.decoders.flight import drop_finished, fly, joined, took_part
 from models.decoders.sampling import Draws, make_generator, row_generators
 
 
@@ -185,13 +185,9 @@ class _Round:
         if joining:
             rows = self.network.new_cache(len(joining), self.capacity)
             _forward(self.network, rows, joining, self.cfg.block_length, self.cfg.mask_id)
-            if self.cache is None:
-                self.cache = rows
-            else:
-                self.cache.admit(rows)
+            self.cache = joined(self.cache, rows)
         done = [f.canvas is not None for f in flights]
-        if any(done):
-            self.cache.select_rows([row for row, end in enumerate(done) if not end])
+        drop_finished(self.cache, done)
         return done
 
 

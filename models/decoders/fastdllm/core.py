@@ -27,7 +27,7 @@ from typing import Any, Callable, Literal, get_args
 import torch
 import torch.nn.functional as F
 
-from models.decoders.flight import took_part
+from models.decoders.flight import joined, took_part
 from models.decoders.sampling import as_logits, right_padded
 from models.networks.kv_buffer import KVBuffer
 
@@ -216,10 +216,7 @@ class RowCaches:
         logits = as_logits(self.network(ids, attention_mask=mask, cache=cache, reservation=cache.reserve(ids.shape[1])))
         for b, row in enumerate(rows):
             cache.truncate(b, row.start if self.mode == "prefix" else row.x.shape[1])
-        if self.buffer is None:
-            self.buffer = cache
-        else:
-            self.buffer.admit(cache)
+        self.buffer = joined(self.buffer, cache)
         self.rows += rows
         return logits
 
