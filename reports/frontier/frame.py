@@ -123,7 +123,7 @@ def _measured(plan: SweepPlan, timing: SweepTiming | None) -> tuple[list[dict[st
             if _tps(result.speed) is None:
                 notes.append(f"{point.name} · {result.task}: no timed samples (every batch held a warm-up "
                              f"sample); give more items (--limit) than the batch size, or a smaller --warmup")
-            primary = result.metrics.get(result.primary_metric, {})
+            primary = result.primary
             ci = primary.get("ci95") or [None, None]
             passes = timing.tokens_per_second(point.name, result.task) if timing else None
             run_tps = _tps(result.speed)
