@@ -22,7 +22,7 @@ import torch
 
 from models.decoders.contract import ConfigError, DecodeResult, Decoder, Step, canvas_of
 from models.decoders.sampling import row_seed
-from models.options import leaves, set_options
+from models.options import ADAPTER, leaves, set_options, split_load_options
 
 if TYPE_CHECKING:
     from models.sources import ModelSource
@@ -173,9 +173,24 @@ class ModelAdapter(ABC):
     def make_config(self, overrides: dict[str, Any] | None = None, canvas: int | None = None,
                     seed: int | None = None) -> ModelConfig:
         """The defaults with ``overrides`` (typed and checked) and ``seed`` for a sampler that has none, in one
-        pass; with ``canvas`` also resolved and validated. Without one, ``prepare`` resolves it from the requests."""
-        config = set_options(self._defaults, overrides or {}, self.name, seed=seed)
+        pass; with ``canvas`` also resolved and validated. Without one, ``prepare`` resolves it from the requests.
+        A load option among ``overrides`` (a LoRA ``adapter``) was applied when the weights were chosen: it must name
+        what was loaded."""
+        loads, overrides = split_load_options(self.name, overrides or {})
+        if ADAPTER in loads:
+            self.check_adapter(loads[ADAPTER])
+        config = set_options(self._defaults, overrides, self.name, seed=seed)
         return config if canvas is None else self.at_canvas(config, canvas)
+
+    def check_adapter(self, path: str | None) -> None:
+        """One line unless ``path`` is the LoRA folder this adapter's weights were chosen with (or both are none)."""
+        loaded = getattr(self.source, "adapter", None)
+        same = (loaded is None) if path is None else (
+            loaded is not None and Path(path).expanduser().resolve() == Path(loaded.folder))
+        if not same:
+            raise ConfigError(f"{self.name}: adapter={path} is not the LoRA the model was loaded with "
+                              f"({loaded.folder if loaded else 'none'}); a LoRA is set once per model, where it "
+                              f"loads (--model-arg {self.name}.adapter=PATH), not per task or preset")
 
     def at_canvas(self, config: ModelConfig, canvas: int) -> ModelConfig:
         """The config for one canvas length, checked: a combination the decoder cannot run fails here."""
@@ -188,8 +203,9 @@ class ModelAdapter(ABC):
 
     def identity(self) -> dict[str, Any]:
         """What identifies this model's outputs apart from the decoding config (weights and their dtype)."""
+        lora = getattr(self.source, "adapter", None)  # a LoRA by its files' hash, never its path
         return {"name": self.name, "kind": self.kind, "ref": self.source.ref, "fingerprint": self.source.fingerprint,
-                "dtype": str(self.dtype).removeprefix("torch.")}
+                "dtype": str(self.dtype).removeprefix("torch."), **({"adapter": lora.sha256} if lora else {})}
 
     # ---- the three phases ----------------------------------------------------------------------------------
     def render(self, request: GenerationRequest, config: ModelConfig) -> str:

@@ -22,6 +22,20 @@ KEYED = "keyed"  # field metadata: False for an option that says how to run, nev
 WHEN_SET = "when set"  # KEYED's value for an option in the key only away from its default
 
 
+# Options that choose the weights, not the decoding: read once, where the model's adapter is made
+# (models.registry.load_adapter), and keyed by what they load (a LoRA's file hash in the model's identity), never by
+# their text, so a moved adapter folder keeps its stored samples. ``adapter``: a PEFT LoRA folder merged at load.
+ADAPTER = "adapter"
+LOAD_OPTIONS: dict[str, Any] = {ADAPTER: str | None}
+
+
+def split_load_options(owner: str, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the load options among ``values``, typed; the other options, as given)."""
+    loads = {name: coerce(owner, name, value, LOAD_OPTIONS[name]) for name, value in values.items()
+             if name in LOAD_OPTIONS}
+    return loads, {name: value for name, value in values.items() if name not in LOAD_OPTIONS}
+
+
 def added_field(default: Any) -> Any:
     """An option added after results were stored with its default behaviour: in ``record`` (and so in sample keys)
     only when set to something else, so those results stay valid and a run made before it resumes."""

@@ -144,8 +144,8 @@ class HarnessLM(LM):
             speed_output=Path(output) if output else None,
         )
         self._device = lm_eval_device(device)
-        self.adapter = load_adapter(self.spec, self._device, parse_dtype(dtype, self._device))
         overrides = {k: v for k, v in options.items() if k not in LM_EVAL_ONLY_ARGS}
+        self.adapter = load_adapter(self.spec, self._device, parse_dtype(dtype, self._device), overrides)
         self.config = self.adapter.make_config(overrides, seed=self.settings.seed)
         self.speed = SpeedLog(self.settings.batch_size)
         self.stamp = datetime.now().isoformat().replace(":", "-")

@@ -17,7 +17,7 @@ from harness.run.records import ResultEntry
 
 # Scoring fields that belong to the model side: they differ between models by design, so they only matter when the
 # same model appears twice (two runs, or baseline against candidate).
-MODEL_FIELDS = ("decoding", "model_ref")
+MODEL_FIELDS = ("decoding", "model_ref", "adapter")
 # Scoring fields that must agree between every result of one task, whatever the model.
 TASK_FIELDS = tuple(f for f in SCORING_FIELDS if f not in MODEL_FIELDS)
 

@@ -28,7 +28,7 @@ from harness.sweep.retime import retime_sweep
 from models.base import ModelAdapter
 from models.decoders.contract import ConfigError
 from models.options import coerce, leaves, set_options
-from models.registry import ModelSpec, adapter_class, load_adapter, spec_for
+from models.registry import ModelSpec, adapter_class, spec_for
 from tasks.registry import make_task
 
 CANVAS_OPTION = "gen_length"  # a per-model canvas, as presets set it; not a config field
@@ -149,7 +149,7 @@ class SweepRunner(Runner):
 
     def adapter(self, spec: ModelSpec) -> ModelAdapter:
         if spec.name not in self.adapters:
-            self.adapters[spec.name] = load_adapter(spec, self.device, self.dtype)
+            self.adapters[spec.name] = super().adapter(spec)  # with the run's LoRA, as a run loads it
         return self.adapters[spec.name]
 
 

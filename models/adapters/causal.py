@@ -15,9 +15,12 @@ from models.sources import ModelSource, hub_error
 def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype,
                    model_class: str = "AutoModelForCausalLM"):
     """Tokenizer and network through transformers' own loaders, the same for a hub id, a folder or a tiny model;
-    ``model_class`` names transformers' class for a family no auto class loads as a causal LM (DiffusionGemma)."""
+    ``model_class`` names transformers' class for a family no auto class loads as a causal LM (DiffusionGemma). The
+    source's LoRA adapter is merged into the network's weights (models/networks/lora.py)."""
     import transformers
     from transformers import AutoTokenizer
+
+    from models.networks.lora import merge_adapter
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.path, revision=source.revision)
@@ -26,6 +29,8 @@ def load_causal_lm(source: ModelSource, device: torch.device, dtype: torch.dtype
                                                                      dtype=dtype, device_map={"": str(device)})
     except (OSError, ValueError) as error:
         raise hub_error(source.ref, error) from None
+    if source.adapter is not None:
+        merge_adapter(network, source.adapter)
     return tokenizer, network.eval()
 
 

@@ -42,9 +42,11 @@ def load_tokenizer(source: ModelSource):
 
 
 def load_native_network(source: ModelSource, kind: str, dtype: torch.dtype, device: torch.device):
-    """A network of ``models/networks`` from a checkpoint; a checkpoint that does not match is one line."""
+    """A network of ``models/networks`` from a checkpoint, with the source's LoRA adapter merged; a checkpoint that
+    does not match is one line."""
     try:
-        return load_network(source.path, kind, dtype=dtype, device=device, revision=source.revision)
+        return load_network(source.path, kind, dtype=dtype, device=device, revision=source.revision,
+                            adapter=source.adapter)
     except CheckpointError as error:
         raise ConfigError(str(error)) from None
 

@@ -21,10 +21,14 @@ class ResidentWeights:
     source: Any
     dtype: torch.dtype
     device: torch.device
+    merges_lora = True  # its loaders merge the source's LoRA adapter (models.registry.load_adapter checks this)
 
-    def share_key(self) -> tuple[str, str, str, str]:
-        """Adapters with equal keys hold the same network: same loader, checkpoint content, dtype and device."""
-        return self.loader, self.source.fingerprint, str(self.dtype), str(self.device)
+    def share_key(self) -> tuple[str, str, str, str, str]:
+        """Adapters with equal keys hold the same network: same loader, checkpoint content, LoRA, dtype and
+        device."""
+        adapter = getattr(self.source, "adapter", None)
+        lora = "" if adapter is None else adapter.sha256
+        return self.loader, self.source.fingerprint, lora, str(self.dtype), str(self.device)
 
     def is_loaded(self) -> bool:
         return any(name in self.__dict__ for name in self.loaded_fields)

@@ -22,6 +22,8 @@ from models.networks.common import RMSNorm
 from models.networks.dream import DreamNetwork, DreamNetworkConfig
 from models.networks.llada import LLaDANetwork, LLaDANetworkConfig
 from models.networks.llada2 import LLaDA2Network, LLaDA2NetworkConfig
+from models.networks.lora import apply_merge, plan_for
+from models.networks.lora_folder import LoraFiles
 from models.networks.qwen3 import Qwen3Network, Qwen3NetworkConfig
 
 Kind = str  # a key of NETWORK_KINDS, which the families declare (models/families/)
@@ -210,9 +212,11 @@ def expected_shapes(network: nn.Module) -> dict[str, list[int]]:
 
 
 def load_network(path_or_id: str | Path, kind: Kind, dtype: torch.dtype | str = torch.bfloat16,
-                 device: torch.device | str = "cpu", revision: str | None = None) -> Network:
+                 device: torch.device | str = "cpu", revision: str | None = None,
+                 adapter: LoraFiles | None = None) -> Network:
     """Load a released (or ``save_network``-written) checkpoint into the native network, in eval mode without
-    gradients. Names and shapes are checked against the network before any tensor data is read."""
+    gradients, with ``adapter`` (a PEFT LoRA, models/networks/lora.py) merged into its weights. Names and shapes,
+    the adapter's included, are checked against the network before any tensor data is read."""
     spec = _kind(kind)
     dtype = resolve_dtype(dtype)
     device = torch.device(device)
@@ -222,6 +226,8 @@ def load_network(path_or_id: str | Path, kind: Kind, dtype: torch.dtype | str = 
         network = spec.network(config)
     files = checkpoint_files(folder)
     check_match(expected_shapes(network), checkpoint_shapes(files), str(path_or_id), spec.label)
+    # The checkpoint's names are the network's state dict's, and PEFT's are the same modules' (lora.py): one table.
+    merge = None if adapter is None else plan_for(adapter, network, f"the {spec.label} network")
     state: dict[str, torch.Tensor] = {}
     by_file: dict[Path, list[str]] = {}
     for name, path in files.items():
@@ -234,6 +240,8 @@ def load_network(path_or_id: str | Path, kind: Kind, dtype: torch.dtype | str = 
                     raise CheckpointError(f"checkpoint at {path_or_id} stores {name} as {tensor.dtype}, not a float")
                 state[name] = tensor.to(device=device, dtype=dtype)
     network.load_state_dict(state, strict=True, assign=True)
+    if merge is not None:
+        apply_merge(merge, network.state_dict(keep_vars=True))
     return network.requires_grad_(False).eval()
 
 
