@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+import urllib.parse
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from harness.errors import UserError
+from models.networks.lora_folder import LoraFiles, check_base, read_lora_folder
 from models.real_tokenizer import TokenizerFetchError
 from models.tiny import TINY_MODELS, materialize
 
@@ -23,6 +25,7 @@ class ModelSource:
     path: str  # what from_pretrained receives
     revision: str | None  # hub revision, if one was asked for
     fingerprint: str  # content hash of a local folder, or "hub:<id>@<revision>"
+    adapter: LoraFiles | None = None  # a PEFT LoRA merged into the weights at load (its hash is in the identity)
 
 
 def _looks_local(ref: str) -> bool:
@@ -40,7 +43,18 @@ def folder_fingerprint(folder: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def resolve_source(ref: str, revision: str | None = None) -> ModelSource:
+def resolve_source(ref: str, revision: str | None = None, adapter: str | None = None) -> ModelSource:
+    """Where the checkpoint ``ref`` is and what identifies it; with ``adapter``, a LoRA folder checked (files,
+    config, trained on this checkpoint) and hashed here, before any weights load."""
+    source = _checkpoint_source(ref, revision)
+    if adapter is None:
+        return source
+    files = read_lora_folder(adapter)
+    check_base(files, (source.ref, source.path), source.ref)
+    return replace(source, adapter=files)
+
+
+def _checkpoint_source(ref: str, revision: str | None) -> ModelSource:
     if ref in TINY_MODELS:
         try:
             folder = materialize(ref)
@@ -55,6 +69,26 @@ def resolve_source(ref: str, revision: str | None = None) -> ModelSource:
             raise ModelLoadError(f"model folder {ref} has no config.json (is it a Hugging Face checkpoint folder?)")
         return ModelSource(ref, str(folder.resolve()), None, f"local:{folder_fingerprint(folder)}")
     return ModelSource(ref, ref, revision, f"hub:{ref}@{revision or 'main'}")
+
+
+SERVED_PREFIX = "openai:"  # --models openai:<base url>[#<served model>]
+
+
+def split_served(ref: str) -> tuple[str, str | None]:
+    """``<base url>[#<served model>]`` -> (the base URL without a trailing slash, the served model or None)."""
+    base, _, model = ref.partition("#")
+    return base.rstrip("/"), model.strip() or None
+
+
+def served_source(ref: str) -> ModelSource:
+    """A model behind an OpenAI-compatible server. Its identity is the address and the model asked for: the weights
+    are the server's, so another server (or another model behind it) gets sample keys of its own."""
+    base, model = split_served(ref)
+    parts = urllib.parse.urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ModelLoadError(f"{SERVED_PREFIX}{ref} is not a server address; give {SERVED_PREFIX}http://HOST:PORT/v1 "
+                             f"(and #MODEL for a server that serves several)")
+    return ModelSource(ref, base, None, f"served:{base}#{model or '*'}")
 
 
 def hub_error(ref: str, error: Exception) -> ModelLoadError:

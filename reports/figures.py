@@ -139,12 +139,13 @@ BASELINE_SIZE = 200.0
 
 
 def _task_deltas(data: ReportData, label: str, base: str) -> list[tuple[float, float, float | None]]:
-    """Per shared task: Δ tokens/s, Δ accuracy in points and the tokens/s ratio, against the baseline."""
+    """Per shared task: Δ tokens/s, Δ accuracy in points and the tokens/s ratio, against the baseline; none between a
+    model served over HTTP and one run in process (their tokens/s are not measured the same way)."""
     out = []
     for task in data.tasks:
         mine, theirs = data.cell(label, task), data.cell(base, task)
         if mine is None or theirs is None or None in (mine.value, theirs.value, mine.tokens_per_second,
-                                                      theirs.tokens_per_second):
+                                                      theirs.tokens_per_second) or mine.served != theirs.served:
             continue
         ratio = mine.tokens_per_second / theirs.tokens_per_second if theirs.tokens_per_second else None
         out.append((mine.tokens_per_second - theirs.tokens_per_second, 100 * (mine.value - theirs.value), ratio))
@@ -209,12 +210,13 @@ def tradeoff_scatter(data: ReportData) -> Chart | None:
 
 
 def latency_boxes(data: ReportData) -> Chart | None:
-    """Per-sample decoder latency of the timed (non-warm-up) samples, one box per model and task."""
+    """Per-sample decoder latency of the timed (non-warm-up) samples, one box per model and task (a model served over
+    HTTP has its own client-side figures in the served speed table, not a box here)."""
     groups: list[tuple[str, list[float], int]] = []
     for task in data.tasks:
         for i, label in enumerate(data.labels):
             records = data.samples.get((label, task))
-            if not records:
+            if not records or data.served(label):
                 continue
             latencies = [float(r.latency_s) for r in records if not r.warmup]
             if latencies:

@@ -31,6 +31,7 @@ PARTS: dict[str, set[str]] = {
     "harness.gate": {"harness.run", "harness.stats", "harness.timing", "models"},
     "harness.sweep": {"harness.run", "models", "tasks"},
     "harness.lmeval": {"harness.run", "harness.stats", "harness.timing", "models", "tasks"},
+    "harness.export": {"harness.run"},  # a finished run's files in another tool's layout
     "reports": {"harness.run", "harness.stats", "harness.sweep"},
 }
 

@@ -17,6 +17,7 @@ MIN_TIMED_SAMPLES = 5  # a speed figure resting on fewer timed samples is marked
 # A sample's diagnostics may carry ``weights`` {metric: weight}: the task's declaration that the metric is a ratio
 # pooled over units inside the samples, each sample's score the share of its own ``weight`` units.
 WEIGHTS = "weights"
+SERVED_SPREADS = ("request_tokens_per_second", "first_chunk_s", "chunks", "tokens_per_chunk")
 PEAK_MEMORY_SCOPES = {
     "cuda": "this job only: CUDA max allocated, reset at the job's start, one model resident",
     "cpu": "process peak RSS since start: not resettable on CPU, so it includes earlier jobs of the run",
@@ -123,11 +124,14 @@ def speed_figures(samples: Sequence[dict[str, Any]], batch_size: int, peak_memor
         "per_token": per_token(timed),
     }
     # rows in flight: how long requests waited for a row; engine-served models: each request's own client-side
-    # wall time (the batch's requests in flight together)
-    for name in ("queue_s", "request_latency_s"):
+    # wall time (the batch's requests in flight together); models served over HTTP (openai:) also their tokens/s,
+    # and, streamed, the time to the first chunk of text and the chunks the text came in
+    for name in ("queue_s", "request_latency_s", *SERVED_SPREADS):
         values = [s[name] for s in timed if s.get(name) is not None]
         if values:
             figures[name] = spread(values)
+    if any("retries" in s for s in samples):
+        figures["retries"] = sum(int(s.get("retries") or 0) for s in samples)
     if peak_memory_device in PEAK_MEMORY_SCOPES:
         figures["peak_memory_scope"] = PEAK_MEMORY_SCOPES[peak_memory_device]
     ranks = sorted({s.get("rank", 0) for s in timed})

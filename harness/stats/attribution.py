@@ -80,14 +80,22 @@ def is_baseline(result: dict[str, Any]) -> bool:
     return result.get("manifest", {}).get("model", {}).get("kind") in BASELINE_KINDS
 
 
+def is_served(result: dict[str, Any]) -> bool:
+    """Served over HTTP by any OpenAI-compatible server (``openai:``): timed on the client, across a network, on
+    hardware the run does not describe, so never split against another model's cost."""
+    return (result.get("manifest", {}).get("implementation") or {}).get("network") == "served"
+
+
 def attribution_table(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every model against every baseline of the same task (the HF loop and the engine alike)."""
+    """Every model against every baseline of the same task (the HF loop and the engine alike); models served over
+    HTTP take no part."""
     rows = []
     for base in results:
         if not is_baseline(base) or (base_cost := token_cost(base)) is None:
             continue
         for other in results:
-            if other is base or other["task"] != base["task"] or (cost := token_cost(other)) is None:
+            if other is base or other["task"] != base["task"] or is_served(other) or \
+                    (cost := token_cost(other)) is None:
                 continue
             ratio, forwards, per_forward, outside, note = attribute(cost, base_cost)
             rows.append(Attribution(other["model"], base["model"], base["task"], ratio, forwards, per_forward,

@@ -1,5 +1,6 @@
-"""The engine baseline: Qwen3 served by vLLM (models/adapters/engine/). lm-eval has its own ``vllm`` model, so this
-family declares no lm-eval alias."""
+"""The engine baseline: Qwen3 served by vLLM (models/adapters/engine/), and any model behind an OpenAI-compatible
+server (``openai:<url>``, no registry entry). lm-eval has its own ``vllm`` and API models, so this family declares no
+lm-eval alias."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ def _qwen3_h32(tokenizer, seed: int):
 
 FAMILY = Family(
     name="vllm",
-    adapters={"vllm": "models.adapters.engine.vllm_adapter:VLLMAdapter"},
+    adapters={"vllm": "models.adapters.engine.vllm_adapter:VLLMAdapter",
+              "openai": "models.adapters.engine.openai_adapter:OpenAIAdapter"},  # openai:<url>, any server
     tiny=(TinyModel("tiny-qwen3-h32", QWEN3_TOKENIZER, _qwen3_h32),),
     models=(
         ModelSpec("qwen3-vllm", "vllm", "Qwen/Qwen3-8B",

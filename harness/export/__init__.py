@@ -1,0 +1,1 @@
+"""Finished runs written in other tools' layouts (``run_eval.py export``)."""
