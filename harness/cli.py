@@ -1,8 +1,9 @@
 """Command line: ``run_eval.py [run options]``, ``run_eval.py report RUN...``, ``run_eval.py gate ...``,
-``run_eval.py gate-speed RUN``, ``run_eval.py sweep ...`` (runs, then writes its frontier: this is the one module that
-both runs and reports).
+``run_eval.py gate-speed RUN``, ``run_eval.py export RUN --format lm-eval``, ``run_eval.py sweep ...`` (runs, then
+writes its frontier: this is the one module that both runs and reports).
 
-Every mistake a user can make on the command line ends in one line on stderr and exit status 2.
+Every mistake a user can make on the command line ends in one line on stderr and exit status 2 (so does a run folder
+that another run holds); a run stopped by a full disk ends in one line and exit status 3.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.errors import USAGE_ERROR, NothingToScore, UsageError, UserError
+from harness.errors import DISK_FULL, USAGE_ERROR, DiskFull, NothingToScore, UsageError, UserError
 from harness.run.presets import SMOKE_CANVAS, SMOKE_PRESET
 from harness.run.schedule import CONTINUOUS, SCHEDULES
 
@@ -28,10 +29,11 @@ def split_names(value: str, valid: Sequence[str], kind: str, allow_hf: bool = Fa
 
         if names[0] in GROUPS:
             return GROUPS[names[0]]
-    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith(("hf:", "vllm:")))
+    unknown = [n for n in names if n not in valid and not (allow_hf and n.startswith(("hf:", "vllm:", "openai:")))
                and not (kind == "task" and n.startswith("lmeval:"))]
     if unknown or not names:
-        extra = " (or hf:<hub id or local path>, vllm:<hub id or local path>)" if allow_hf else ""
+        extra = (" (or hf:<hub id or local path>, vllm:<hub id or local path>, openai:<base url>[#<served model>])"
+                 if allow_hf else "")
         extra += " (or all, dllm-2026, or lmeval:<lm-eval task>)" if kind == "task" else ""
         raise UsageError(f"unknown {kind} {', '.join(unknown) or repr(value)}; valid {kind}s: "
                          f"{', '.join(valid)}{extra}")
@@ -86,11 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="run_eval.py",
         description="Evaluate diffusion and autoregressive language models side by side: accuracy and speed.",
-        epilog="Subcommands: `run_eval.py report RUN [RUN ...]`, `run_eval.py gate --baseline B --candidate C` and "
-               "`run_eval.py gate-speed RUN` and `run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
+        epilog="Subcommands: `run_eval.py report RUN [RUN ...]`, `run_eval.py gate --baseline B --candidate C`, "
+               "`run_eval.py gate-speed RUN`, `run_eval.py export RUN --format lm-eval` and "
+               "`run_eval.py sweep --grid MODEL.OPTION=V1,V2 ...` (each has --help).",
     )
     p.add_argument("--list", action="store_true", help="list models and tasks with their defaults, then exit")
-    p.add_argument("--models", help="comma-separated model names, or hf:/vllm:<hub id or local path>")
+    p.add_argument("--models", help="comma-separated model names, hf:/vllm:<hub id or local path>, or "
+                                     "openai:<base url>[#<served model>]")
     p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), dllm-2026 (the 2026 "
                                     "diffusion-LLM papers' benchmarks), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
@@ -120,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads: N, or auto (default: $OMP_NUM_THREADS if set, else 1 on the CPU, where "
                         "it measured fastest, and torch's default on a GPU); recorded in the manifest")
     p.add_argument("--rescore", action="store_true", help="recompute scores from stored outputs, generate nothing")
+    p.add_argument("--wait", action="store_true",
+                   help="if another run is writing the same folder, wait for it to finish (default: exit 2)")
+    p.add_argument("--reuse-stale", action="store_true",
+                   help="keep stored samples of an older decoder version instead of regenerating them (the manifest "
+                        "and the report say so)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return p
 
@@ -135,8 +144,9 @@ def list_registry() -> str:
         lines.append(f"  {spec.name:<{width}} {spec.ref:<38} {spec.description}{presets}")
     lines.append(f"  {'hf:<id or path>':<{width}} any causal LM on the autoregressive adapter")
     lines.append(f"  {'vllm:<id or path>':<{width}} any causal LM served by vLLM (server_python= or DLLM_VLLM_PYTHON, or base_url=)")
+    lines.append(f"  {'openai:<url>[#<model>]':<{width}} any model behind an OpenAI-compatible server (chat completions)")
     lines.append("options (--model-arg MODEL.KEY=VALUE; gen_length (int) sets the canvas), defaults of each kind:")
-    for kind in dict.fromkeys(spec.kind for spec in MODELS.values()):
+    for kind in dict.fromkeys([*(spec.kind for spec in MODELS.values()), "openai"]):
         lines.append(f"  {kind:<18} " + ", ".join(describe_options(kind)))
     lines.append("tasks:")
     for name in task_names():
@@ -185,6 +195,7 @@ def settings_from_args(args: argparse.Namespace):
         data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
         model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
         threads=resolve_threads(args.threads, resolve_device(args.device)), schedule=args.schedule,
+        reuse_stale=args.reuse_stale,
     )
 
 
@@ -203,24 +214,39 @@ def run_main(argv: Sequence[str]) -> int:
         return 0
     quiet_libraries()
     from harness.distributed import data_parallel as distributed
+    from harness.run.folder import removed_if_left_empty
     from harness.run.ranks import context_from_env
     from harness.run.runner import Runner
+    from harness.run.space import disk_full_ends_run
     from harness.run.summary import summary_table
 
     settings = settings_from_args(args)
     ctx = context_from_env()
     runner = Runner(settings, ctx)
-    distributed.start(ctx, runner.device)
-    try:
-        finished = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
-    finally:
-        distributed.stop(ctx)
-    if finished is not None:
-        print(summary_table(finished.results))
-        print(f"results: {runner.folder.results_path}")
-        print(write_run_report(settings.output) if finished.results else
-              "report not written: the run has no results")
+    folder = runner.folder
+    with disk_full_ends_run(folder.root, [folder.store_root]), removed_if_left_empty(folder.root), \
+            one_writer(folder.root, ctx, args.wait):
+        distributed.start(ctx, runner.device)
+        try:
+            finished = runner.run(wait_for_ranks=lambda: distributed.wait_for_all(ctx))
+        finally:
+            distributed.stop(ctx)
+        if finished is not None:
+            print(summary_table(finished.results))
+            print(f"results: {runner.folder.results_path}")
+            print(write_run_report(settings.output) if finished.results else
+                  "report not written: the run has no results")
     return 0
+
+
+def one_writer(root: Path, ctx: Any, wait: bool):
+    """The run folder's lock (harness.run.lock), taken once for all ranks: by rank 0, before the ranks meet."""
+    import contextlib
+
+    from harness.run.lock import hold_run_folder
+
+    return hold_run_folder(root, wait, note=lambda message: print(f"note: {message}", flush=True)) \
+        if ctx.is_main else contextlib.nullcontext()
 
 
 def write_run_report(output: Path) -> str:
@@ -228,16 +254,22 @@ def write_run_report(output: Path) -> str:
     ``run_eval.py report`` builds it for a run stopped midway); a report that fails does not fail the run."""
     from reports.html import write_report
 
+    from harness.run.space import is_disk_full
+
     try:
         return f"report: {write_report([output], output)}"
     except (ValueError, OSError) as error:
+        if is_disk_full(error):
+            raise  # the run's full-disk line, exit 3
         return f"report not written: {error} (retry with: run_eval.py report {output})"
 
 
 def sweep_main(argv: Sequence[str]) -> int:
     from harness.distributed import data_parallel as distributed
     from harness.run.generation import resolve_device
+    from harness.run.folder import removed_if_left_empty
     from harness.run.ranks import context_from_env
+    from harness.run.space import disk_full_ends_run
     from harness.sweep.driver import SweepSpec, parse_grids, parse_reference, run_sweep
     from harness.sweep.arguments import build_sweep_parser, list_sweep
 
@@ -258,13 +290,14 @@ def sweep_main(argv: Sequence[str]) -> int:
     spec = SweepSpec(parse_grids(args.grid, base.models), parse_reference(args.reference, base.models), args.alpha,
                      args.repeats, args.timing_prompts)
     ctx = context_from_env()
-    distributed.start(ctx, resolve_device(base.device, ctx.local_rank))
-    try:
-        run_sweep(spec, base, root, ctx, wait_for_ranks=lambda: distributed.wait_for_all(ctx))
-    finally:
-        distributed.stop(ctx)
-    if ctx.is_main:
-        print(write_frontier_files(root))
+    with disk_full_ends_run(root, [root]), removed_if_left_empty(root), one_writer(root, ctx, args.wait):
+        distributed.start(ctx, resolve_device(base.device, ctx.local_rank))
+        try:
+            run_sweep(spec, base, root, ctx, wait_for_ranks=lambda: distributed.wait_for_all(ctx))
+        finally:
+            distributed.stop(ctx)
+        if ctx.is_main:
+            print(write_frontier_files(root))
     return 0
 
 
@@ -289,6 +322,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from reports.command import main_report
 
         return main_report(argv[1:])
+    if argv[:1] == ["export"]:
+        from harness.export.command import main_export
+
+        return main_export(argv[1:])
     if argv[:1] == ["gate"]:
         from harness.gate.checks import main_gate
 
@@ -305,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NothingToScore as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    except DiskFull as error:
+        print(f"error: {error}", file=sys.stderr)
+        return DISK_FULL
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return USAGE_ERROR

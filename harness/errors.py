@@ -4,6 +4,7 @@ raise them without importing anything else of the harness."""
 from __future__ import annotations
 
 USAGE_ERROR = 2  # the exit status of every command that ends on a UserError
+DISK_FULL = 3  # the exit status of a run stopped by a full disk (DiskFull): rerunning it resumes
 
 
 class UserError(Exception):
@@ -23,3 +24,7 @@ class UsageError(UserError, ValueError):
 
 class NothingToScore(RunError):
     """``--rescore`` on a folder without stored samples: exit status 1, neither a usage error nor a success."""
+
+
+class DiskFull(RunError):
+    """A write failed for want of space, quota or a writable file system (harness.run.space): exit ``DISK_FULL``."""

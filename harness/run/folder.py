@@ -9,6 +9,8 @@
     <run>/report_tables.md                 the same tables as Markdown
     <run>/gate_speed.json                  the gate's re-timed speed figures (harness.gate.retiming), added later
     <run>/engine/<model>/                  an engine-served model's server log and launch record
+    <run>/run.lock                         while a run writes the folder: its pid, host and start time
+                                           (harness.run.lock; a killed run's is taken over)
 
 A bare results JSON (``some/name.json``) is read as a run whose samples would sit beside it.
 """

@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     import torch
 
 
-# Parts of a per-(model, task) manifest that change scores; the comparison tools warn when these differ.
-SCORING_FIELDS = ("task_version", "data_sha256", "prompt_sha256", "canvas_tokens", "decoding", "model_ref")
+# Parts of a per-(model, task) manifest that change scores; the comparison tools warn when these differ. ``adapter``
+# is a merged LoRA's file hash (absent without one).
+SCORING_FIELDS = ("task_version", "data_sha256", "prompt_sha256", "canvas_tokens", "decoding", "model_ref", "adapter")
 
 
 def _version(package: str) -> str | None:

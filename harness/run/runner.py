@@ -30,7 +30,8 @@ from harness.run.presets import SMOKE_CANVAS, smoke_canvas
 from harness.run.records import ResultEntry, ResultsFile, SampleRecord, as_json
 from harness.run.schedule import CONTINUOUS
 from harness.run.threads import apply_threads
-from harness.run.store import SampleStore, sample_key
+from harness.run.store import SampleStore, sample_key, versioned_key
+from harness.run.versions import StaleSamples, find_stale, stale_message
 from harness.timing.clock import peak_memory_bytes
 from models.base import GenerationRequest, Message, ModelAdapter
 from models.sources import parse_dtype
@@ -63,6 +64,7 @@ class RunSettings:
     store_dir: Path | None = None  # the resume store's root (default <output>/store); a sweep's points share one
     threads: int | None = None  # torch CPU threads (harness.run.threads); None leaves torch's setting
     schedule: str = CONTINUOUS  # rows in flight (at most batch_size) where the decoder keeps them, else static
+    reuse_stale: bool = False  # keep samples another version of their decoder stored (else they are regenerated)
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class PlannedSample:
     doc: Doc
     prompt: TaskPrompt
     request: GenerationRequest
-    key: str
+    key: str  # ``base_key`` at the decoder's version (harness.run.store.versioned_key)
+    base_key: str  # what determines the sample apart from the decoder's version (harness.run.store.sample_key)
 
 
 def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
@@ -86,15 +89,16 @@ def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
 def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, decoding: dict[str, Any], canvas: int,
          seed: int, batch_size: int = 1) -> list[PlannedSample]:
     """Each doc's prompt, request and sample key; ``decoding`` is the config's ``record``. Batched outputs may
-    differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key."""
-    identity = adapter.identity()
+    differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key; so is the decoder's
+    version (from version 2 on: a version-1 key is the key of a store written before versions existed)."""
+    identity, version = adapter.identity(), adapter.decoder.version
     planned = []
     for doc in docs:
         prompt = task.prompt(doc)
         key = sample_key(model=identity, decoding=decoding, task=task.name, task_version=task.version,
                          doc=doc.id, prompt=dataclasses.asdict(prompt), canvas=canvas, seed=seed,
                          batch_size=batch_size)
-        planned.append(PlannedSample(doc, prompt, to_request(prompt, canvas), key))
+        planned.append(PlannedSample(doc, prompt, to_request(prompt, canvas), versioned_key(key, version), key))
     return planned
 
 
@@ -113,12 +117,17 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
                         schedule=settings.schedule)
     bar = tqdm(total=done + len(pending), initial=done, desc=label, unit="sample", disable=not settings.progress,
                dynamic_ncols=True)
-    for batch in generate_batches(adapter, config, [p.request for p in pending], loop):
+    rows = settings.batch_size
+    for batch in generate_batches(adapter, config, [p.request for p in pending], loop,
+                                  note=lambda message: bar.write(f"note: {message}")):
         store.append([dataclasses.replace(record, key=pending[i].key, doc_id=pending[i].doc.id)
                       for i, record in zip(batch.indices, batch.records)])
         bar.update(len(batch.indices))
+        rows = min(rows, batch.rows)
     bar.close()
     store.write_peak_memory(peak_memory_bytes(adapter.device))
+    if rows < settings.batch_size:  # ran out of memory: the manifest and summary say at which size it settled
+        store.write_settled_rows(rows)
 
 
 def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str, SampleRecord]) -> list[SampleRecord]:
@@ -143,6 +152,7 @@ class Job:
     decoding: dict[str, Any]  # its record: what the sample keys and the manifest hold
     canvas: int
     planned: list[PlannedSample]
+    n_items: int | None = None  # the task's items before --limit (an export's n-samples "original")
 
 
 def model_groups(jobs: Sequence[Job]) -> list[list[Job]]:
@@ -253,7 +263,8 @@ class Runner:
         return results if self.dist.is_main else None
 
     def adapter(self, spec: ModelSpec) -> ModelAdapter:
-        return load_adapter(spec, self.device, self.dtype)  # weights load lazily, on first decode
+        # Weights load lazily, on first decode; a LoRA among the model's options is part of which weights.
+        return load_adapter(spec, self.device, self.dtype, self.settings.model_args.get(spec.name))
 
     def store(self, job: Job) -> SampleStore:
         return self.folder.store(job.spec.name, job.task.name, self.dist.rank)
@@ -272,16 +283,38 @@ class Runner:
         config = adapter.make_config(overrides, canvas, s.seed)  # validated here, before any decode
         decoding = record(config)
         planned = plan(task, docs, adapter, decoding, canvas, s.seed, s.batch_size)
-        return Job(spec, adapter, task, data, config, decoding, canvas, planned)
+        return Job(spec, adapter, task, data, config, decoding, canvas, planned, len(every))
 
-    def pending(self, job: Job) -> list[PlannedSample]:
-        """This rank's share (every world_size-th sample of the plan) minus what any rank already stored."""
+    def stored(self, job: Job) -> tuple[dict[str, SampleRecord], StaleSamples]:
+        """The store's records by key, and the planned samples another version of the decoder stored; with
+        ``--reuse-stale`` those stand under their planned keys (so they are neither regenerated nor missing)."""
         stored = self.store(job).load()
+        stale = find_stale(job.planned, stored, job.adapter.decoder.version)
+        if self.settings.reuse_stale:
+            stored = {**stored, **{key: stored[old] for key, (_, old) in stale.found.items()}}
+        return stored, stale
+
+    def pending(self, job: Job, stored: dict[str, SampleRecord] | None = None) -> list[PlannedSample]:
+        """This rank's share (every world_size-th sample of the plan) minus what any rank already stored."""
+        stored = self.stored(job)[0] if stored is None else stored
         return [p for p in job.planned[self.dist.rank::self.dist.world_size] if p.key not in stored]
+
+    def note_stale(self, job: Job, stale: StaleSamples) -> None:
+        """One line when the store holds samples of another decoder version: regenerated, kept, or (rescoring)
+        left out."""
+        if not stale.found:
+            return
+        s, decoder = self.settings, job.adapter.decoder
+        action = ("kept (--reuse-stale; the manifest records them)" if s.reuse_stale else
+                  "not scored (rerun without --rescore to regenerate them, or add --reuse-stale to keep them)"
+                  if s.rescore else "regenerating (--reuse-stale keeps them)")
+        self.note(f"{job.spec.name} · {job.task.name}: {stale_message(stale, decoder.name, decoder.version, action)}")
 
     def generate(self, job: Job) -> None:
         """Generate what the store lacks; a resumed job says how much it skips."""
-        pending = self.pending(job)
+        stored, stale = self.stored(job)
+        self.note_stale(job, stale)
+        pending = self.pending(job, stored)
         share = len(job.planned[self.dist.rank::self.dist.world_size])
         done = share - len(pending)
         label = f"{job.spec.name} · {job.task.name}" + (f" · rank {self.dist.rank}" if self.dist.active else "")
@@ -305,7 +338,10 @@ class Runner:
     def score(self, job: Job) -> ResultEntry:
         s = self.settings
         store = self.store(job)
-        stored = store.load()
+        stored, stale = self.stored(job)
+        settled = store.settled_rows()
+        if s.rescore:
+            self.note_stale(job, stale)
         missing = sum(p.key not in stored for p in job.planned)
         if missing and s.progress:
             print(f"note: {job.spec.name} · {job.task.name}: {missing} of {len(job.planned)} samples not generated "
@@ -320,6 +356,7 @@ class Runner:
             "manifest": {
                 "model_ref": job.spec.ref,
                 "model": job.adapter.identity(),
+                **{k: v for k, v in job.adapter.identity().items() if k == "adapter"},  # a LoRA's hash, when merged
                 "implementation": job.adapter.implementation(job.config.runtime),
                 "decoding": job.decoding,
                 "preset": s.preset,
@@ -333,7 +370,11 @@ class Runner:
                 "seed": s.seed,
                 "limit": s.limit,
                 "batch_size": s.batch_size,
+                **({"batch_size_settled": settled} if settled is not None else {}),  # out of memory at batch_size
+                "decoder": {"name": job.adapter.decoder.name, "version": job.adapter.decoder.version},
+                **({"reused_stale": stale.manifest()} if s.reuse_stale and stale.found else {}),
                 "n_planned": len(job.planned),
+                "n_items": job.n_items,
                 **job.adapter.run_manifest(self.folder.engine_path(job.spec.name)),
             },
             **summary,

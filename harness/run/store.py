@@ -26,6 +26,15 @@ def sample_key(**parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def versioned_key(base: str, version: int) -> str:
+    """The key of a sample decoded by version ``version`` of its decoder, from its ``sample_key`` (``base``).
+
+    Version 1 keeps the base key: stores written before decoders had versions hold version-1 samples under exactly
+    these keys, so they stay valid. A later version hashes the base key with its number, which is cheap, so a rerun
+    can look up what each other version stored (harness.run.versions)."""
+    return base if version == 1 else hashlib.sha256(f"{base}:decoder-v{version}".encode()).hexdigest()[:32]
+
+
 def safe_name(name: str) -> str:
     """A file-system-safe version of a model or task name (hub ids contain slashes)."""
     return re.sub(r"[^A-Za-z0-9._+-]", "_", name)
@@ -62,6 +71,18 @@ class SampleStore:
     def peak_memory(self) -> int | None:
         peaks = [int(p.read_text()) for p in self.folder.glob("shard-*.peak")] if self.folder.exists() else []
         return max(peaks, default=None)
+
+    def write_settled_rows(self, rows: int) -> None:
+        """A writer whose decodes ran out of memory leaves the rows it settled at beside its shard (the smallest of
+        its runs: a resumed run starts at the size asked again); the manifest reports the smallest of all writers."""
+        path = self.shard_path.with_suffix(".rows")
+        earlier = int(path.read_text()) if path.exists() else rows
+        write_atomic(path, str(min(rows, earlier)))
+
+    def settled_rows(self) -> int | None:
+        """The fewest rows any writer of this store fell back to after running out of memory; None if none did."""
+        rows = [int(p.read_text()) for p in self.folder.glob("shard-*.rows")] if self.folder.exists() else []
+        return min(rows, default=None)
 
     def append(self, records: Iterable[SampleRecord]) -> None:
         lines = jsonl_text([r.to_json() for r in records])

@@ -1,4 +1,5 @@
-"""The table printed at the end of a run; ``timed`` marks speed figures resting on too few timed samples."""
+"""The table printed at the end of a run; ``timed`` marks speed figures resting on too few timed samples, and a
+``batch`` column appears when a decode ran out of memory and the rows settled below the batch size asked."""
 
 from __future__ import annotations
 
@@ -36,7 +37,16 @@ def summary_frame(results: Sequence[ResultEntry]) -> pd.DataFrame:
             "truncated": r.diagnostics.get("truncated_rate"),
             "data": r.manifest["data_source"],
         })
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if any(r.manifest.get("batch_size_settled") is not None for r in results):
+        frame["batch"] = [batch_label(r.manifest) for r in results]
+    return frame
+
+
+def batch_label(manifest: dict[str, Any]) -> str:
+    """The batch size asked, and where it settled after running out of memory: ``8→2 (out of memory)``."""
+    asked, settled = manifest.get("batch_size"), manifest.get("batch_size_settled")
+    return f"{asked}" if settled is None else f"{asked}→{settled} (out of memory)"
 
 
 def summary_table(results: Sequence[ResultEntry]) -> str:

@@ -126,7 +126,11 @@ Stream = Callable[[Any, Sequence[torch.Tensor], Any, int, "Sequence[int] | None"
 @dataclass(frozen=True)
 class Decoder:
     """A decoder as the adapters see it: its config class, how the canvas resolves its defaults, its checks, and,
-    where its rows run as state machines of their own, ``stream`` (rows in flight)."""
+    where its rows run as state machines of their own, ``stream`` (rows in flight).
+
+    ``version`` is raised whenever a change alters what the decoder outputs for some input: it enters every sample
+    key (from 2 on; version 1 keys are those of the stores written before versions existed), so a rerun regenerates
+    the samples an older version stored instead of mixing two decoders' outputs (docs/design.md)."""
 
     name: str
     config_class: type
@@ -134,6 +138,7 @@ class Decoder:
     at_canvas: Callable[[Any, int], Any]  # (config, canvas) -> config with the canvas and canvas-relative defaults
     validate: Callable[[Any], None]  # ConfigError for settings it cannot run (token ids are checked at generate)
     stream: Stream | None = None
+    version: int = field(default=1, kw_only=True)
 
 
 def cut_after_eos(ids: Sequence[int], eos_ids: Sequence[int]) -> tuple[list[int], bool]:

@@ -200,4 +200,4 @@ def diffusion_gemma_generate(network: Any, input_ids: torch.Tensor, attention_ma
 
 
 DIFFUSION_GEMMA = Decoder("diffusiongemma", DiffusionGemmaOptions, diffusion_gemma_generate, options_at_canvas,
-                          validate_options)
+                          validate_options, version=1)
