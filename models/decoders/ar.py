@@ -1,14 +1,17 @@
 """Autoregressive decoding with a KV cache: the baseline every diffusion decoder is compared against.
 
 The decoder speaks the cache protocol every native decoder speaks (``network.new_cache`` and
-``network.causal_forward``, models/networks/block_forward.py): each row's prompt is written at its own length, so a ragged
-batch carries no padding in its cache, rows at different lengths share one forward, and a row that ends leaves the
-cache (``select_rows``), so the forwards that follow do no work for it. transformers' causal LMs speak the same
-protocol through ``TransformersCausalLM`` (models/networks/hf_causal.py).
+``network.causal_forward``, models/networks/block_forward.py): each row's prompt is written at its own length, so a
+ragged batch carries no padding in its cache, and rows at different lengths share one forward. transformers' causal
+LMs speak the same protocol through ``TransformersCausalLM`` (models/networks/hf_causal.py).
 
 Each row is a small state machine (what it feeds next, what it generated) and one batched step drives them all, so
 rows in flight (``ar_stream``: a waiting prompt takes the row of the first to finish) and a static batch
-(``ar_generate``: every prompt in flight from the start) are the same loop.
+(``ar_generate``: every prompt in flight from the start) are the same loop. On a native network (a ``KVBuffer``) the
+cache is a slot pool allocated once per stream: a joining prompt is prefilled into a free slot, a finished row gives
+its slot back, and each forward runs on its rows' slots, so no op outside a forward copies the cache. A
+``TransformersCache`` cannot hold slots (see its docstring): there rows join by appending their cache and leave by
+keeping the others' (``admit``, ``select_rows``).
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, Step, canvas_field,
                                       cut_after_eos, require_filled, token_id_field)
-from models.decoders.flight import drop_finished, fly, joined, took_part
+from models.decoders.flight import fly, took_part
 from models.decoders.sampling import Draws, check_inputs, row_generators, top_k_filter, top_p_filter
+from models.networks.kv_buffer import KVBuffer, SlotPool
 
 
 @dataclass(frozen=True)
@@ -79,18 +83,16 @@ class _Row:
                             commit_step=tuple(range(1, len(kept) + 1)))  # a token per forward, in order
 
 
-def prefill(network: Any, prompts: list[list[int]], capacity: int, pad_id: int,
-            device: torch.device) -> tuple[Any, torch.Tensor]:
-    """A new cache holding every prompt at its own length, and the logits [B, vocab] after each prompt's last token.
-    The prompts go in right-padded (a real token never sees a later pad), the pads then dropped."""
+def prefill(network: Any, cache: Any, prompts: list[list[int]], pad_id: int, device: torch.device) -> torch.Tensor:
+    """Every prompt written into ``cache`` (one row each, empty) at its own length; the logits [B, vocab] after each
+    prompt's last token. The prompts go in right-padded (a real token never sees a later pad), the pads then dropped."""
     width = max(map(len, prompts))
     ids = torch.tensor([p + [pad_id] * (width - len(p)) for p in prompts], device=device)
     last = torch.tensor([row * width + len(p) - 1 for row, p in enumerate(prompts)], device=device)
-    cache = network.new_cache(len(prompts), capacity)
     logits = network.causal_forward(ids, cache, read=last)
     for row, prompt in enumerate(prompts):
         cache.truncate(row, len(prompt))
-    return cache, logits
+    return logits
 
 
 def next_logits(network: Any, cache: Any, rows: list[_Row], device: torch.device) -> torch.Tensor:
@@ -100,40 +102,111 @@ def next_logits(network: Any, cache: Any, rows: list[_Row], device: torch.device
 
 
 class _Round:
-    """The rows in flight's cache (in the rows' order) and one round over them: a token for every row, the rows just
-    admitted prefilled in a forward of their own (beside the others' it would widen theirs to its prompt) whose cache
-    rows then join; rows that end leave the cache."""
+    """One round over the rows in flight: a token for every row. The running rows take one forward together and
+    the rows just admitted are prefilled in a forward of their own (beside the others' their prompts would widen
+    it); each group's tokens are drawn from its logits and read back after both forwards are queued (the second
+    read finds the queue drained: one wait a round, and no copy to join the groups' tokens). The cache is
+    allocated on the first round, and what it is decides how rows join and leave (``_SlotCache`` for a
+    ``KVBuffer``, ``_JoinedCache`` for any other)."""
 
     def __init__(self, network: Any, prompts: list[list[int]], cfg: ARConfig, shared: torch.Generator | None,
-                 device: torch.device) -> None:
+                 device: torch.device, slots: int) -> None:
         self.network, self.prompts, self.cfg, self.shared, self.device = network, prompts, cfg, shared, device
-        self.capacity = max(map(len, prompts)) + cfg.max_new_tokens
+        self.capacity, self.slots = max(map(len, prompts)) + cfg.max_new_tokens, slots
         self.eos, self.cache = set(cfg.eos_ids), None
 
     def __call__(self, rows: list[_Row]) -> list[bool]:
+        if self.cache is None:
+            cache = self.network.new_cache(self.slots, self.capacity)
+            self.cache = _SlotCache(cache) if isinstance(cache, KVBuffer) else _JoinedCache(self.network, self.capacity)
         running = [r for r in rows if r.generated]
         joining = rows[len(running):]
-        logits = next_logits(self.network, self.cache, running, self.device) if running else None
+        groups = []
+        if running:
+            groups.append(self.cache.step(running, self.next_logits))
         if joining:
-            cache, first = prefill(self.network, [self.prompts[r.index] for r in joining], self.capacity,
-                                   self.cfg.pad_id, self.device)
             took_part(joining)
-            self.cache = joined(self.cache, cache)
-            logits = first if logits is None else torch.cat([logits, first])
-        generators = None if rows[0].generator is None else tuple(r.generator for r in rows)
-        for row, token in zip(rows, Draws(self.shared, generators).by_row(next_tokens, (logits,), self.cfg).tolist()):
+            groups.append(self.cache.join(joining, self.prefill))
+        drawn = [self.draw(logits, ordered) for ordered, logits in groups]
+        tokens = [token for ids in drawn for token in ids.tolist()]  # read once both forwards are queued
+        for row, token in zip((row for ordered, _ in groups for row in ordered), tokens):
             row.generated.append(token)
         ended = [r.generated[-1] in self.eos or len(r.generated) == self.cfg.max_new_tokens for r in rows]
-        drop_finished(self.cache, ended)
+        self.cache.leave(rows, ended)
         return ended
+
+    def next_logits(self, cache: Any, rows: list[_Row]) -> torch.Tensor:
+        return next_logits(self.network, cache, rows, self.device)
+
+    def prefill(self, cache: Any, rows: list[_Row]) -> torch.Tensor:
+        return prefill(self.network, cache, [self.prompts[r.index] for r in rows], self.cfg.pad_id, self.device)
+
+    def draw(self, logits: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        """The next token of each of ``rows`` (the logits' order): a row with its own generator draws alone (the
+        draws it makes alone), the others share one."""
+        generators = None if rows[0].generator is None else tuple(r.generator for r in rows)
+        return Draws(self.shared, generators).by_row(next_tokens, (logits,), self.cfg)
+
+
+Forward = Callable[[Any, list[_Row]], torch.Tensor]  # (cache of these rows, rows) -> their logits [rows, vocab]
+
+
+class _SlotCache:
+    """A ``KVBuffer`` of one slot per row in flight, allocated once: a joining row takes the lowest free slot and is
+    prefilled into it, a finished row gives it back (its entries stay as free columns, never read again), and each
+    forward runs on its rows' slots in slot order (a view of the buffer when they are consecutive)."""
+
+    def __init__(self, buffer: KVBuffer) -> None:
+        self.buffer, self.pool, self.slot = buffer, SlotPool(buffer.batch), {}
+
+    def step(self, rows: list[_Row], forward: Forward) -> tuple[list[_Row], torch.Tensor]:
+        ordered = sorted(rows, key=lambda r: self.slot[r.index])
+        with self.buffer.at([self.slot[r.index] for r in ordered]) as part:
+            return ordered, forward(part, ordered)
+
+    def join(self, rows: list[_Row], forward: Forward) -> tuple[list[_Row], torch.Tensor]:
+        for row in rows:
+            self.slot[row.index] = slot = self.pool.take()
+            self.buffer.truncate(slot, 0)  # the slot's last holder's entries become free columns
+        return self.step(rows, forward)
+
+    def leave(self, rows: list[_Row], ended: list[bool]) -> None:
+        for row, end in zip(rows, ended):
+            if end:
+                self.pool.give(self.slot.pop(row.index))
+
+
+class _JoinedCache:
+    """Any other cache (transformers' ``TransformersCache``): its rows in the rows' order; joining rows are prefilled
+    into a cache of their own, appended after the others' (``admit``), and finished rows leave it (``select_rows``),
+    each a copy of the cache."""
+
+    def __init__(self, network: Any, capacity: int) -> None:
+        self.network, self.capacity, self.cache = network, capacity, None
+
+    def step(self, rows: list[_Row], forward: Forward) -> tuple[list[_Row], torch.Tensor]:
+        return rows, forward(self.cache, rows)
+
+    def join(self, rows: list[_Row], forward: Forward) -> tuple[list[_Row], torch.Tensor]:
+        cache = self.network.new_cache(len(rows), self.capacity)
+        logits = forward(cache, rows)
+        if self.cache is None:
+            self.cache = cache
+        else:
+            self.cache.admit(cache)
+        return rows, logits
+
+    def leave(self, rows: list[_Row], ended: list[bool]) -> None:
+        if any(ended):
+            self.cache.select_rows([row for row, end in enumerate(ended) if not end])
 
 
 def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_rows: int,
               row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
     """Rows in flight (``flight.fly``): at most ``max_rows`` prompts decode together, one forward of a token each
-    per step; a row leaves the cache at its end of sequence and a waiting prompt takes a row at the next step. With
+    per step; a row frees its cache row at its end of sequence and a waiting prompt takes it at the next step. With
     ``row_seeds`` a sampling row draws from its own generator (the same tokens as alone); without, the rows in a
-    step share one (torch's global stream unless ``cfg.seed``)."""
+    step share one (torch's global stream unless ``cfg.seed``), the running rows drawing in their cache's order."""
     require_filled(cfg, "ar")
     validate_ar_config(cfg)
     if not prompts:
@@ -148,8 +221,9 @@ def ar_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: ARConfig, max_
     generators = row_generators(row_seeds, len(prompts), device) if cfg.do_sample else None
     shared = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.do_sample and cfg.seed is not None \
         else None
+    advance = _Round(network, host, cfg, shared, device, min(max_rows, len(prompts)))
     yield from fly(len(prompts), max_rows, lambda i: _Row(i, None if generators is None else generators[i]),
-                   _Round(network, host, cfg, shared, device), lambda row: row.result(cfg.eos_ids))
+                   advance, lambda rows: [row.result(cfg.eos_ids) for row in rows])
 
 
 @torch.inference_mode()
@@ -176,5 +250,6 @@ def ar_at_canvas(cfg: ARConfig, canvas: int) -> ARConfig:
     return dataclasses.replace(cfg, max_new_tokens=canvas)
 
 
-AR = Decoder("ar", ARConfig, ar_generate, ar_at_canvas, validate_ar_config, stream=torch.inference_mode()(ar_stream))
+AR = Decoder("ar", ARConfig, ar_generate, ar_at_canvas, validate_ar_config, stream=torch.inference_mode()(ar_stream),
+             version=1)
 

@@ -72,11 +72,12 @@ def drop_finished(cache: Any, done: Sequence[bool]) -> None:
 
 
 def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],
-        result: Callable[[Row], DecodeResult]) -> Iterator[Step]:
+        results: Callable[[list[Row]], Sequence[DecodeResult]]) -> Iterator[Step]:
     """Rows in flight over ``count`` prompts: ``admit(i)`` makes prompt i's row (appended after the rows already in
     flight); ``advance(rows)`` runs one step of every row — the new ones last, which a decoder with a cache prefills
-    apart — and says which finished (a decoder with a cache drops their rows from it); ``result(row)`` is a finished
-    row's ``DecodeResult``. One ``Step`` per advance."""
+    apart — and says which finished (a decoder with a cache frees their slots); ``results(rows)`` are the finished
+    rows' ``DecodeResult``s, in order (read back together: one transfer a round, however many finish). One ``Step``
+    per advance."""
     if max_rows < 1:
         raise ValueError(f"max_rows must be at least 1, got {max_rows}")
     waiting, rows = list(range(count))[::-1], []
@@ -85,6 +86,7 @@ def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callabl
         rows += [admit(i) for i in admitted]
         ran = len(rows)
         done = advance(rows)
-        finished = tuple((row.index, result(row)) for row, end in zip(rows, done) if end)
+        ended = [row for row, end in zip(rows, done) if end]
+        finished = tuple(zip((row.index for row in ended), results(ended))) if ended else ()
         rows = [row for row, end in zip(rows, done) if not end]
         yield Step(tuple(admitted), finished, ran)

@@ -6,6 +6,12 @@ A ``DynamicCache`` keeps one column count for every row, so rows of different le
 dead: a row truncated to n entries hides its later columns, the next forward appends at the common end, and each
 query sees its row's live columns up to itself, at its row's own positions. That is what a left-padded batch is to
 transformers, with the pads wherever a row dropped them.
+
+It holds no slots, unlike the native ``KVBuffer`` (rows in flight join by ``admit`` and leave by ``select_rows``, each
+a copy of the cache): a ``DynamicCache`` layer appends its new keys to every row's at each forward, so a forward
+cannot run on some rows of it (a joining prompt's prefill into one slot would run every other row over its width,
+and a freed slot would still be computed until another request took it), and that append copies the whole cache
+inside every forward anyway.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from torch import Tensor, nn
 
 
 class TransformersCache:
-    """A ``DynamicCache`` and which of its columns each row owns (``live`` [B, columns] bool)."""
+    """A ``DynamicCache`` and which of its columns each row owns (``live`` [B, columns] bool, and the same as a list
+    per row on the host, so that hiding a row's columns needs no read); its rows are the rows in flight, in order (no
+    slot pool: see the module)."""
 
     def __init__(self, config, batch: int, device: torch.device) -> None:
         from transformers import DynamicCache
@@ -25,6 +33,7 @@ class TransformersCache:
             raise ValueError("the transformers path needs full-attention cache layers; this model uses sliding windows")
         self.live = torch.zeros(batch, 0, dtype=torch.bool, device=device)
         self.lengths = [0] * batch
+        self.columns: list[list[int]] = [[] for _ in range(batch)]  # each row's live columns, ascending
 
     @property
     def batch(self) -> int:
@@ -32,8 +41,11 @@ class TransformersCache:
 
     def append(self, n_new: int) -> None:
         """Every row takes ``n_new`` new columns (the forward that follows writes them)."""
+        width = self.live.shape[1]
         self.live = torch.cat([self.live, self.live.new_ones(self.batch, n_new)], dim=1)
         self.lengths = [n + n_new for n in self.lengths]
+        for columns in self.columns:
+            columns.extend(range(width, width + n_new))
 
     def truncate(self, row: int, n: int) -> None:
         """Keep the first ``n`` entries of ``row``; its later columns are hidden from every query, and the columns
@@ -42,15 +54,14 @@ class TransformersCache:
             raise ValueError(f"cannot truncate row {row} of length {self.lengths[row]} to {n}")
         if n == self.lengths[row]:  # nothing to hide (ReFusion's driver trims every row after every forward)
             return
-        if self.live.shape[1] == self.lengths[row] == sum(self.lengths):  # every column is this row's: crop, no read
+        dead, self.columns[row] = self.columns[row][n:], self.columns[row][:n]
+        if self.live.shape[1] == self.lengths[row] == sum(self.lengths):  # every column is this row's: crop
             self.cache.crop(n - self.lengths[row])
             self.live, self.lengths[row] = self.live[:, :n], n
             return
-        columns = self.live[row].nonzero().flatten()
-        self.live[row, columns[n:]] = False
+        self.live[row, torch.tensor(dead, dtype=torch.long, device=self.live.device)] = False
         self.lengths[row] = n
-        held = self.live.any(dim=0).nonzero()
-        width = int(held.max()) + 1 if len(held) else 0
+        width = max((columns[-1] + 1 for columns in self.columns if columns), default=0)
         if width < self.live.shape[1]:
             self.cache.crop(width - self.live.shape[1])  # transformers 5 crops by a negative count
             self.live = self.live[:, :width]
@@ -68,12 +79,14 @@ class TransformersCache:
             layer.keys = torch.cat([layer.keys[:, :, :start], layer.keys[:, :, source]], dim=2)
             layer.values = torch.cat([layer.values[:, :, :start], layer.values[:, :, source]], dim=2)
         self.live, self.lengths = self.live[:, :start + len(index)], [start + len(index)]
+        self.columns = [list(range(start + len(index)))]
 
     def admit(self, rows: "TransformersCache") -> None:
         """Append the rows of ``rows`` (prefilled apart) after the others: the shorter side's columns are padded
         with dead ones, so each row keeps its entries at their columns."""
         if not self.batch:
             self.cache, self.live, self.lengths = rows.cache, rows.live, list(rows.lengths)
+            self.columns = [list(columns) for columns in rows.columns]
             return
         width = max(self.live.shape[1], rows.live.shape[1])
         for mine, theirs in zip(self.cache.layers, rows.cache.layers):
@@ -81,10 +94,11 @@ class TransformersCache:
                                       for a, b in ((mine.keys, theirs.keys), (mine.values, theirs.values)))
         self.live = torch.cat([widened(self.live, width), widened(rows.live, width)])
         self.lengths = self.lengths + rows.lengths
+        self.columns = self.columns + [list(columns) for columns in rows.columns]
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
-        columns = self.live[row].nonzero().flatten()
+        columns = torch.tensor(self.columns[row], dtype=torch.long, device=self.live.device)
         return [(layer.keys[row:row + 1, :, columns].clone(), layer.values[row:row + 1, :, columns].clone())
                 for layer in self.cache.layers]
 
@@ -96,6 +110,7 @@ class TransformersCache:
         self.cache.batch_select_indices(index)
         self.live = self.live.index_select(0, index)
         self.lengths = [self.lengths[r] for r in rows]
+        self.columns = [self.columns[r] for r in rows]
 
 
 def widened(x: Tensor, width: int) -> Tensor:

@@ -8,11 +8,17 @@ of them in a compiled step); the caller's mask hides the columns a row does not 
 
 It is the one KV cache of the native networks, and these are its operations: a forward's columns by position
 (``reserve``/``claim`` after each row's entries, ``overwrite`` over given columns), a row's length (``truncate``,
-``truncate_all``, ``keep_tail``), and the rows themselves (``select_rows``, ``admit``).
+``truncate_all``, ``keep_tail``), and the rows themselves (``select_rows`` for a static batch).
+
+Rows in flight use it as a slot pool: a stream allocates one buffer of ``max_rows`` rows (slots) once, a joining
+request's prefill writes into a free slot and a leaving one frees its own (``SlotPool``), and each forward runs on the
+slots of the rows it feeds (``at``): a view of the buffer when they are consecutive, else the same memory read through
+the slots' index, so no op outside a forward copies the cache.
 """
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -43,15 +49,19 @@ class KVBuffer:
         self.lengths = [0] * batch
         self.capacity = capacity
         self._cols = torch.arange(capacity, device=device)
+        self._slots: Tensor | None = None  # set on a part made by ``at`` over scattered slots: kv is the whole pool
 
     @property
     def keys(self) -> list[Tensor]:
-        """Per layer, a [B, kv_heads, capacity, head_dim] view of the keys."""
-        return list(self.kv[:, 0])
+        """Per layer, a [B, kv_heads, capacity, head_dim] view of the keys (a copy on a part over scattered slots)."""
+        return list(self._own_rows()[:, 0])
 
     @property
     def values(self) -> list[Tensor]:
-        return list(self.kv[:, 1])
+        return list(self._own_rows()[:, 1])
+
+    def _own_rows(self) -> Tensor:
+        return self.kv if self._slots is None else self.kv.index_select(2, self._slots)
 
     @property
     def batch(self) -> int:
@@ -112,6 +122,13 @@ class KVBuffer:
     def store(self, layer: int, plan: Reservation, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write the new k/v [B, H, Q, D] where ``plan`` says; return the [B, H, key_len, D] views attention reads."""
         keys, values = self.kv[layer]
+        if self._slots is not None:  # scattered slots: written by index, read gathered (inside the forward)
+            columns = plan.index if plan.uniform is None else \
+                self._cols[plan.uniform:plan.uniform + k.shape[2]].expand(k.shape[0], -1)
+            keys[self._slots[:, None], :, columns] = k.transpose(1, 2)
+            values[self._slots[:, None], :, columns] = v.transpose(1, 2)
+            return (keys[:, :, :plan.key_len].index_select(0, self._slots),
+                    values[:, :, :plan.key_len].index_select(0, self._slots))
         if plan.uniform is not None:
             n = k.shape[2]
             keys[:, :, plan.uniform:plan.uniform + n] = k
@@ -158,36 +175,70 @@ class KVBuffer:
             src += [start + i for i in index]
         if rows:
             rows_t, dst_t, src_t = torch.tensor([rows, dst, src], device=self._cols.device)
+            if self._slots is not None:
+                rows_t = self._slots[rows_t]
             self.kv[:, :, rows_t, :, dst_t] = self.kv[:, :, rows_t, :, src_t]
 
     def select_rows(self, rows: list[int]) -> None:
-        """Keep only ``rows`` (in that order): finished rows leave, so later forwards do no work for them."""
+        """Keep only ``rows`` (in that order): finished rows of a static batch leave, so later forwards do no work
+        for them (rows in flight free their slot instead: ``SlotPool``)."""
         if rows == list(range(self.batch)):
             return
         index = torch.tensor(rows, device=self._cols.device, dtype=torch.long)
         self.kv = self.kv.index_select(2, index)
         self.lengths = [self.lengths[r] for r in rows]
 
-    def admit(self, rows: "KVBuffer") -> None:
-        """Append the rows of ``rows`` (a buffer of the same shape per row) after the others, their entries as they
-        are: requests prefilled apart join a running batch without widening its forward to their prompts."""
-        if rows.kv.shape[:2] + rows.kv.shape[3:] != self.kv.shape[:2] + self.kv.shape[3:]:
-            raise ValueError(f"cannot admit rows of a buffer shaped {list(rows.kv.shape)} into one shaped "
-                             f"{list(self.kv.shape)}")
+    def admit(self, rows: "KVBuffer") -> None:  # TODO(lead): goes once every stream holds a slot pool
         self.kv = torch.cat((self.kv, rows.kv), dim=2)
         self.lengths = self.lengths + rows.lengths
 
     @contextmanager
-    def rows(self, start: int, stop: int) -> Iterator["KVBuffer"]:
-        """Rows ``start..stop-1`` as a buffer of their own that shares this one's memory (a forward of some rows
-        alone: the others' entries neither read nor written); their lengths are taken back on exit."""
+    def at(self, slots: Sequence[int]) -> Iterator["KVBuffer"]:
+        """The rows ``slots`` (in that order) as a buffer of their own over this one's memory, for a forward of
+        those rows alone (the others' entries neither read nor written); their lengths are taken back on exit.
+        Consecutive ascending slots are a view; others are written by index and read gathered inside the forward
+        (``store``), never copied outside it."""
+        slots = list(slots)
+        if not slots or any(not 0 <= s < self.batch for s in slots) or len(set(slots)) != len(slots):
+            raise ValueError(f"slots {slots} are not distinct rows of a buffer of {self.batch}")
         part = object.__new__(KVBuffer)
-        part.kv, part.lengths, part.capacity, part._cols = (self.kv[:, :, start:stop], self.lengths[start:stop],
-                                                            self.capacity, self._cols)
-        yield part
-        self.lengths[start:stop] = part.lengths
+        part.capacity, part._cols, part.lengths = self.capacity, self._cols, [self.lengths[s] for s in slots]
+        first = slots[0]
+        if self._slots is None and slots == list(range(first, first + len(slots))):
+            part.kv, part._slots = self.kv[:, :, first:first + len(slots)], None
+        else:
+            index = torch.tensor(slots, device=self._cols.device)
+            part.kv, part._slots = self.kv, index if self._slots is None else self._slots[index]
+        try:
+            yield part
+        finally:
+            for s, n in zip(slots, part.lengths):
+                self.lengths[s] = n
+
+    def rows(self, start: int, stop: int) -> "contextlib.AbstractContextManager[KVBuffer]":
+        """Rows ``start..stop-1`` as a buffer of their own (``at``)."""
+        return self.at(range(start, stop))
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
         """Copies of row ``row``'s live keys/values per layer, [1, H, length, D] (for tests and tracing)."""
-        n = self.lengths[row]
-        return [(k[row:row + 1, :, :n].clone(), v[row:row + 1, :, :n].clone()) for k, v in self.kv]
+        n, slot = self.lengths[row], row if self._slots is None else int(self._slots[row])
+        return [(k[slot:slot + 1, :, :n].clone(), v[slot:slot + 1, :, :n].clone()) for k, v in self.kv]
+
+
+class SlotPool:
+    """Which rows (slots) of a stream's buffer are free: a joining request takes the lowest free one, a leaving one
+    gives its own back (its entries stay as free columns until the next holder's prefill overwrites them)."""
+
+    def __init__(self, slots: int) -> None:
+        self._free = list(range(slots))[::-1]
+
+    def take(self) -> int:
+        if not self._free:
+            raise RuntimeError("no free slot: more rows in flight than the pool was made for")
+        self._free.sort(reverse=True)
+        return self._free.pop()
+
+    def give(self, slot: int) -> None:
+        if slot in self._free:
+            raise ValueError(f"slot {slot} is free already")
+        self._free.append(slot)

@@ -4,11 +4,13 @@ The decoder is written per row, as a generator that yields requests (``requests.
 in-slot draft or verify) and receives a ``Reply`` on the host; between requests it edits its cache row (truncate,
 keep chosen tail entries). The driver gathers the pending requests of all live rows into one forward and reads every
 row's answers with one set of ops and one transfer (``read_logits``), so N prompts decode together even when their
-buffers, phases and finishing times differ, at the same ops and reads per forward as one; a finished row leaves the
-cache and a waiting program joins at its end, its first request (the prompt) in a forward of its own.
+buffers, phases and finishing times differ, at the same ops and reads per forward as one. The cache is a slot pool
+allocated once: a program takes a free slot (cache row) when it starts and gives it back when it returns, a waiting
+program taking it at the next round, its first request (the prompt) in a forward of its own on its slot; each
+forward runs on its rows' slots, so no op outside a forward copies the cache.
 
 Two implementations of the cache:
-  * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer`` (any batch);
+  * ``NativeStepper``: the native Qwen3 network and its preallocated ``KVBuffer``, one row per slot (any number);
   * ``TransformersStepper``: a transformers causal LM and the transformers path's ``TransformersCache`` (one row;
     the comparison path).
 Visibility: plain causal over the whole cache, or in-slot windows (``InSlot``): every query sees the row's committed
@@ -30,41 +32,52 @@ from models.decoders.refusion.requests import (InSlot, Reply, Request, StepInput
                                                read_logits, request_windows)
 from models.networks.grouped_attention import GroupedWindows, dense_mask
 from models.networks.hf_causal import TransformersCache
-from models.networks.kv_buffer import KVBuffer
+from models.networks.kv_buffer import KVBuffer, SlotPool
 
 
 RowProgram = Generator[Request, Reply, Any]
 
 
 class Stepper(Protocol):
-    batch: int
+    """A cache of slots (rows) and the forwards over some of them; a program's row is its slot while it runs."""
+
     device: torch.device
 
+    def take(self) -> int: ...
+    def give(self, slot: int) -> None: ...
+    def at(self, slots: list[int]) -> AbstractContextManager["Stepper"]: ...
     def length(self, row: int) -> int: ...
     def forward(self, step: StepInputs, mask: GroupedWindows | None) -> Tensor: ...
     def truncate(self, row: int, n: int) -> None: ...
     def keep_tail(self, row: int, start: int, index: list[int]) -> None: ...
-    def select_rows(self, rows: list[int]) -> None: ...
-    def admit(self, n_rows: int) -> None: ...
-    def rows(self, start: int, stop: int) -> AbstractContextManager["Stepper"]: ...
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]: ...
 
 
 class NativeStepper:
     """A native network with ``new_cache``/``forward(ids, position_ids, attention_mask, cache, ragged=...)``: the
-    logits at the read cells alone, the pads of a ragged batch not computed."""
+    logits at the read cells alone, the pads of a ragged batch not computed. Made with ``slots``, it allocates the
+    pool (a ``KVBuffer`` of that many rows, and which are free); ``at`` gives a stepper over some of its rows (its
+    ``cache`` given) for one forward."""
 
-    def __init__(self, network: torch.nn.Module, batch: int, capacity: int, cache: KVBuffer | None = None) -> None:
+    def __init__(self, network: torch.nn.Module, slots: int, capacity: int, cache: KVBuffer | None = None) -> None:
         self.network, self.capacity = network, capacity
-        self.cache = network.new_cache(batch, capacity) if cache is None else cache
+        self.cache = network.new_cache(slots, capacity) if cache is None else cache
+        self.pool = SlotPool(slots) if cache is None else None
         self.device = self.cache.kv.device
         # a torch.compile'd network gets tensors only: a layout's integers would be guarded on and recompiled
         self.compiled = hasattr(network, "_orig_mod")
         self._tails: list[tuple[int, int, list[int]]] = []  # keep_tail edits not yet copied
 
-    @property
-    def batch(self) -> int:
-        return self.cache.batch
+    def take(self) -> int:
+        """A free slot, emptied for a program that starts (its last holder's entries become free columns)."""
+        slot = self.pool.take()
+        self.cache.truncate(slot, 0)
+        return slot
+
+    def give(self, slot: int) -> None:
+        """A returned program's slot, free again; tail edits it left are dropped (nothing reads them)."""
+        self._tails = [edit for edit in self._tails if edit[0] != slot]
+        self.pool.give(slot)
 
     def length(self, row: int) -> int:
         return self.cache.lengths[row]
@@ -92,19 +105,12 @@ class NativeStepper:
             self.cache.keep_tails(self._tails)
             self._tails = []
 
-    def select_rows(self, rows: list[int]) -> None:
-        self._copy_tails()
-        self.cache.select_rows(rows)
-
-    def admit(self, n_rows: int) -> None:
-        """``n_rows`` empty rows after the others, for programs joining the batch."""
-        self.cache.admit(self.network.new_cache(n_rows, self.capacity))
-
     @contextmanager
-    def rows(self, start: int, stop: int) -> Iterator["NativeStepper"]:
-        """Rows ``start..stop-1`` as a stepper of their own over the same memory (a forward of those rows alone)."""
+    def at(self, slots: list[int]) -> Iterator["NativeStepper"]:
+        """Rows ``slots`` (in that order) as a stepper of their own over the same memory, for a forward of those
+        rows alone (``KVBuffer.at``: a view when the slots are consecutive)."""
         self._copy_tails()
-        with self.cache.rows(start, stop) as part:
+        with self.cache.at(slots) as part:
             yield NativeStepper(self.network, 0, self.capacity, cache=part)
 
     def row_kv(self, row: int) -> list[tuple[Tensor, Tensor]]:
@@ -114,15 +120,20 @@ class NativeStepper:
 
 class TransformersStepper:
     """One row on a transformers-style causal LM (``input_ids, position_ids, cache, use_cache`` -> ``.logits``), its
-    cache the transformers path's ``TransformersCache``."""
+    cache the transformers path's ``TransformersCache``: one slot, a new cache for each program."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device) -> None:
         self.model, self.device = model, device
-        self.cache = TransformersCache(getattr(model, "config", None), 1, device)
+        self.cache: TransformersCache | None = None
 
-    @property
-    def batch(self) -> int:
-        return self.cache.batch
+    def take(self) -> int:
+        if self.cache is not None:
+            raise ValueError("the transformers path decodes one row at a time")
+        self.cache = TransformersCache(getattr(self.model, "config", None), 1, self.device)
+        return 0
+
+    def give(self, slot: int) -> None:
+        self.cache = None
 
     def length(self, row: int) -> int:
         return self.cache.lengths[row]
@@ -143,20 +154,9 @@ class TransformersStepper:
     def keep_tail(self, row: int, start: int, index: list[int]) -> None:
         self.cache.keep_tail(row, start, index)
 
-    def select_rows(self, rows: list[int]) -> None:
-        if not rows:  # the row finished: the next program starts on a new cache
-            self.cache = TransformersCache(getattr(self.model, "config", None), 0, self.device)
-        elif rows != [0] or self.batch != 1:
-            raise ValueError("the transformers path decodes one row at a time")
-
-    def admit(self, n_rows: int) -> None:
-        if self.batch + n_rows != 1:
-            raise ValueError("the transformers path decodes one row at a time")
-        self.cache = TransformersCache(getattr(self.model, "config", None), 1, self.device)
-
     @contextmanager
-    def rows(self, start: int, stop: int) -> Iterator["TransformersStepper"]:
-        if (start, stop) != (0, 1):
+    def at(self, slots: list[int]) -> Iterator["TransformersStepper"]:
+        if slots != [0]:
             raise ValueError("the transformers path decodes one row at a time")
         yield self
 
@@ -174,52 +174,55 @@ class Round:
     rows: int
 
 
-def drive(stepper: Stepper, programs: list[RowProgram], live: list[int], max_rows: int) -> Iterator[Round]:
+def drive(stepper: Stepper, programs: list[RowProgram], slots: dict[int, int], max_rows: int) -> Iterator[Round]:
     """Run row programs to completion, one batched forward per round for the rows already running (each forward
     split evenly across the rows it ran, the harness's rule for batched calls).
 
-    ``live`` lists the program index of each cache row, in order; it is updated in place as rows leave and join,
-    which is how each program's ``RowCache`` finds its row. The other programs wait: as rows finish they leave the
-    cache and as many waiting programs join at its end, at most ``max_rows`` in all. A program's first request (its
-    prompt) runs in a forward of its own beside the round's, on its cache rows alone, so the rows in flight keep
-    forwards as narrow as their own requests."""
+    ``slots`` maps each running program to its cache row; it is filled in place as programs start (a free slot each,
+    ``stepper.take``) and emptied as they return (``stepper.give``), which is how each program's ``RowCache`` finds
+    its row. The other programs wait, at most ``max_rows`` running: as rows finish, as many waiting programs start
+    in the slots they left. A program's first request (its prompt) runs in a forward of its own beside the round's,
+    on its slot alone, so the rows in flight keep forwards as narrow as their own requests. Each forward takes its
+    rows in slot order (consecutive slots are a view of the cache)."""
     nfe = [0.0] * len(programs)
-    waiting = [i for i in range(len(programs)) if i not in live][::-1]
-    started, running = tuple(live), 0  # rows [running:] started this round
-    pending = {i: next(programs[i]) for i in live}  # every program asks for at least one forward
-    while live:
-        replies = []
-        for start, stop in ((0, running), (running, len(live))):
-            if start < stop:
-                replies += forward_rows(stepper, [pending[i] for i in live[start:stop]], start, stop)
-                for i in live[start:stop]:
-                    nfe[i] += 1.0 / (stop - start)
-        returned, rows = [], len(live)
-        for i, reply in zip(list(live), replies):
+    waiting, pending = list(range(len(programs)))[::-1], {}
+
+    def start(n: int) -> list[int]:
+        joined = [waiting.pop() for _ in range(n)]
+        for i in joined:
+            slots[i] = stepper.take()
+            pending[i] = next(programs[i])  # every program asks for at least one forward
+        return joined
+
+    running, joining = [], start(min(max_rows, len(waiting)))
+    while running or joining:
+        ran = []
+        for group in (running, joining):
+            group = sorted(group, key=slots.__getitem__)
+            if group:
+                replies = forward_rows(stepper, [pending[i] for i in group], [slots[i] for i in group])
+                ran += zip(group, replies)
+                for i in group:
+                    nfe[i] += 1.0 / len(group)
+        returned = []
+        for i, reply in ran:
             try:
                 pending[i] = programs[i].send(reply)
             except StopIteration as stop:
                 returned.append((i, stop.value, nfe[i]))
-        if returned:
-            ended = {i for i, _, _ in returned}
-            keep = [row for row, i in enumerate(live) if i not in ended]
-            live[:] = [live[row] for row in keep]
-            stepper.select_rows(keep)
-        joined = [waiting.pop() for _ in range(min(max_rows - len(live), len(waiting)))]
-        if joined:
-            stepper.admit(len(joined))
-            live += joined
-            pending.update({i: next(programs[i]) for i in joined})
-        yield Round(started, tuple(returned), rows)
-        started, running = tuple(joined), len(live) - len(joined)
+                stepper.give(slots.pop(i))
+                del pending[i]
+        started, running = tuple(joining), [i for i, _ in ran if i in pending]
+        joining = start(min(max_rows - len(running), len(waiting)))
+        yield Round(started, tuple(returned), len(ran))
 
 
-def forward_rows(stepper: Stepper, reqs: list[Request], start: int, stop: int) -> list[Reply]:
-    """One forward of cache rows ``start..stop-1`` with their requests; their replies, in order."""
+def forward_rows(stepper: Stepper, reqs: list[Request], slots: list[int]) -> list[Reply]:
+    """One forward of cache rows ``slots`` with their requests; their replies, in order."""
     plan = plan_reads(reqs)
-    with stepper.rows(start, stop) as part:
+    with stepper.at(slots) as part:
         step = batch_inputs(reqs, plan, part.device)
-        lengths = [part.length(row) for row in range(stop - start)]
+        lengths = [part.length(row) for row in range(len(reqs))]
         plain = not any(isinstance(r, InSlot) for r in reqs)
         mask = None if plain else request_windows(reqs, lengths, step.width)
         picked = part.forward(step, mask)
@@ -229,14 +232,14 @@ def forward_rows(stepper: Stepper, reqs: list[Request], start: int, stop: int) -
 
 
 class RowCache:
-    """A program's handle on its cache row; the driver renumbers rows when others leave, so look the row up live."""
+    """A program's handle on its cache row: the slot the driver gave it when it started (``drive``'s ``slots``)."""
 
-    def __init__(self, stepper: Stepper, live: list[int], index: int) -> None:
-        self.stepper, self._live, self.index = stepper, live, index
+    def __init__(self, stepper: Stepper, slots: dict[int, int], index: int) -> None:
+        self.stepper, self._slots, self.index = stepper, slots, index
 
     @property
     def row(self) -> int:
-        return self._live.index(self.index)
+        return self._slots[self.index]
 
     def length(self) -> int:
         return self.stepper.length(self.row)

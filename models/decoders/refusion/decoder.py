@@ -215,9 +215,9 @@ def refusion_rounds(
     """Decode every prompt (1-D ids, any lengths) together: one forward per round for all unfinished rows.
 
     A native network (one with ``new_cache``; a ``torch.compile``'d one too) decodes in one buffer of at most
-    ``max_rows`` rows (default: one per prompt): the first prompts start at once and each later one joins as one
-    finishes, so the batch stays full (continuous batching; a row's tokens do not depend on its neighbours). Any
-    other causal LM goes row by row through a transformers cache."""
+    ``max_rows`` rows (default: one per prompt), allocated once: the first prompts start at once and each later one
+    takes the row of one that finished, so the batch stays full (continuous batching; a row's tokens do not depend
+    on its neighbours). Any other causal LM goes row by row through a transformers cache."""
     require_filled(cfg, "refusion")
     validate_refusion_config(cfg)
     if not prompts:
@@ -234,10 +234,10 @@ def refusion_rounds(
     rows = min(max_rows or len(prompts), len(prompts)) if native else 1
     capacity = max(p.shape[0] for p in prompts) + 2 * cfg.gen_length + cfg.slot_size
     stepper = NativeStepper(model, rows, capacity) if native else TransformersStepper(model, device)
-    live = list(range(rows))
-    programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, live, i), i,
+    slots: dict[int, int] = {}
+    programs = [_row_program(host_prompts[i], _row_config(cfg, row_seeds, i), RowCache(stepper, slots, i), i,
                              on_commit, device) for i in range(len(prompts))]
-    yield from drive(stepper, programs, live, rows)
+    yield from drive(stepper, programs, slots, rows)
 
 
 def refusion_decode_rows(
@@ -433,4 +433,4 @@ def _finish(state: _State, prompt_len: int, cfg: RefusionConfig) -> RefusionTrac
 
 
 REFUSION = Decoder("refusion", RefusionConfig, refusion_generate, refusion_at_canvas, validate_refusion_config,
-                   stream=refusion_stream)
+                   stream=refusion_stream, version=1)

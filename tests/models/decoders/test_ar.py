@@ -10,8 +10,11 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from harness.timing.op_count import OpCounter
+from models.adapters.native import NetworkCalls
 from models.decoders.ar import ARConfig, ar_generate, ar_stream
 from models.networks.hf_causal import TransformersCausalLM
+from models.networks.kv_buffer import KVBuffer
 from models.networks.loading import load_network
 from models.tiny import materialize
 
@@ -150,10 +153,12 @@ class RowCounter(torch.nn.Module):
 
     def __init__(self, inner, calls: list[int]) -> None:
         super().__init__()
-        self.inner, self.calls = inner, calls
+        self.inner, self.calls, self.caches = inner, calls, []
 
     def new_cache(self, batch: int, capacity: int):
-        return self.inner.new_cache(batch, capacity)
+        cache = self.inner.new_cache(batch, capacity)
+        self.caches.append((cache, cache.kv.data_ptr() if isinstance(cache, KVBuffer) else None))
+        return cache
 
     def causal_forward(self, input_ids, cache, read=None):
         self.calls.append(input_ids.shape[0])
@@ -187,10 +192,12 @@ def test_compiled_native_network_gives_the_eager_tokens(qwen3, monkeypatch):
 
 
 def stream(network, prompts: list[list[int]], steps: int, eos, max_rows: int, sampling=ARConfig(), row_seeds=None):
-    """Rows in flight: each prompt's result, and the rows of every network call."""
+    """Rows in flight: each prompt's result, and the rows of every network call. On the native network the stream
+    holds one cache of a row per request in flight (slots), whose memory rows join and leave without moving."""
     cfg = dataclasses.replace(sampling, max_new_tokens=steps, eos_ids=tuple(eos), pad_id=0)
     finished, widths, in_flight = {}, [], set()
     counted = RowCounter(network, widths)
+    native = isinstance(network.new_cache(1, 1), KVBuffer)
     with torch.inference_mode():
         for step in ar_stream(counted, [torch.tensor(p) for p in prompts], cfg, max_rows, row_seeds):
             in_flight |= set(step.admitted)
@@ -201,14 +208,25 @@ def stream(network, prompts: list[list[int]], steps: int, eos, max_rows: int, sa
                 assert i not in finished
                 finished[i] = result
                 in_flight.remove(i)
+    if native:
+        (cache, memory), = counted.caches
+        assert cache.batch == min(max_rows, len(prompts)) and cache.kv.data_ptr() == memory
     return [finished[i] for i in range(len(prompts))], widths
 
 
-@pytest.mark.parametrize("max_rows", [1, 3, 8])
-def test_rows_in_flight_equal_each_request_alone(network, max_rows):
+def many_prompts(n: int) -> list[list[int]]:
+    """``n`` prompts of mixed lengths (1-14 ids): RAGGED, then seeded ones."""
+    g = torch.Generator().manual_seed(5)
+    extra = [torch.randint(1, 290, (1 + 5 * i % 14,), generator=g).tolist() for i in range(max(n - len(RAGGED), 0))]
+    return (RAGGED + extra)[:n]
+
+
+@pytest.mark.parametrize("max_rows, requests", [(1, 11), (3, 11), (8, 11), (32, 40)])
+def test_rows_in_flight_equal_each_request_alone(network, max_rows, requests):
     """More requests than rows, mixed prompt lengths, end-of-sequence early in some rows and late or never in
-    others: every row's tokens and forwards are its decode alone's, whenever it was admitted."""
-    prompts = RAGGED + [[77, 78], [5] * 7, [200, 201, 202]]
+    others: every row's tokens and forwards are its decode alone's, whenever it was admitted (and into whichever
+    cache row a finished one left)."""
+    prompts = many_prompts(requests)
     free = [run(network, [p], 18).rows[0].token_ids for p in prompts]
     eos = (free[0][3], free[4][9])  # one row ends early, one late; others where these ids happen to fall
     alone = [run(network, [p], 18, eos=eos).rows[0] for p in prompts]
@@ -220,11 +238,31 @@ def test_rows_in_flight_equal_each_request_alone(network, max_rows):
     assert max(widths) <= max_rows  # a waiting request is prefilled in a call of its own, then joins the others
 
 
-def test_rows_in_flight_sample_each_requests_own_draws(qwen3):
+def test_rows_in_flight_read_the_host_once_per_forward(network):
+    """The prompts are read once and each forward's tokens once; nothing else waits on the device (the native
+    cache's slots and the transformers cache's columns are known on the host), with rows joining and leaving."""
+    prompts = many_prompts(11)
+    free = run(network, prompts[:1], 12).rows[0].token_ids
+    cfg = ARConfig(max_new_tokens=12, eos_ids=(free[4],), pad_id=0)
+    calls = NetworkCalls(network) if isinstance(network.new_cache(1, 1), KVBuffer) else network
+    with torch.inference_mode(), OpCounter(calls) as counts:
+        steps = list(ar_stream(calls, [torch.tensor(p) for p in prompts], cfg, 4))
+    assert any(step.admitted and step.rows > len(step.admitted) for step in steps)  # some joined running rows
+    assert counts.forwards > len(steps) and counts.read_count == counts.forwards + 1
+
+
+@pytest.mark.parametrize("max_rows, requests", [(3, 8), (32, 40)])
+def test_rows_in_flight_sample_each_requests_own_draws(qwen3, max_rows, requests):
     sampling = ARConfig(do_sample=True, temperature=1.5, top_k=50, top_p=0.95, seed=7)
     native = load_network(qwen3[1], "qwen3", dtype=torch.float32)
-    seeds = list(range(100, 100 + len(RAGGED)))
-    rows, _ = stream(native, RAGGED, 16, (EOS_NEVER,), 3, sampling, seeds)
-    alone = [run(native, [p], 16, sampling=sampling, row_seeds=[seed]).rows[0].token_ids
-             for p, seed in zip(RAGGED, seeds)]
-    assert [r.token_ids for r in rows] == alone
+    prompts = many_prompts(requests)
+    seeds = list(range(100, 100 + len(prompts)))
+    free = [run(native, [p], 16, sampling=sampling, row_seeds=[seed]).rows[0].token_ids
+            for p, seed in zip(prompts, seeds)]
+    eos = (free[0][2], free[5][11])  # rows end at different steps, so requests join rows others left
+    rows, _ = stream(native, prompts, 16, eos, max_rows, sampling, seeds)
+    alone = [run(native, [p], 16, eos=eos, sampling=sampling, row_seeds=[seed]).rows[0]
+             for p, seed in zip(prompts, seeds)]
+    assert len({len(r.token_ids) for r in alone}) > 2, "rows should end at different steps"
+    assert [r.token_ids for r in rows] == [r.token_ids for r in alone]
+    assert [r.forwards for r in rows] == [r.forwards for r in alone]

@@ -102,20 +102,30 @@ def test_scripted_batch_rows_equal_batch_one(overrides):
     assert all(t.nfe <= s.nfe for t, s in zip(together, singles))
 
 
-@pytest.mark.parametrize("max_rows", [1, 2, 4])
-def test_rows_in_flight_take_the_next_prompt_as_one_finishes(max_rows):
-    """``max_rows``: as a row finishes it leaves and a later prompt joins (its first request in a forward of its
-    own beside the round's), so each row decodes as alone, and a round runs every row still busy until no prompt
-    waits: at most the busy rows' own forwards in total, never more than ``max_rows`` at once."""
+@pytest.mark.parametrize("max_rows, requests",
+                         [(1, 7), (2, 7), (4, 7), pytest.param(32, 40, marks=pytest.mark.slow)])
+def test_rows_in_flight_take_the_next_prompt_as_one_finishes(max_rows, requests):
+    """``max_rows``: as a row finishes it frees its cache row and a later prompt takes it (its first request in a
+    forward of its own beside the round's), so each row decodes as alone, and a round runs every row still busy
+    until no prompt waits: at most the busy rows' own forwards in total, never more than ``max_rows`` at once. The
+    stream holds one cache of ``max_rows`` rows, which rows join and leave without moving it."""
     from models.decoders.refusion.decoder import refusion_rounds
 
     net = ScriptedNative(120, seed=3)
     c = cfg()
-    batch = prompts([3, 9, 5, 14, 1, 7, 4])
+    batch = prompts([3, 9, 5, 14, 1, 7, 4] + [1 + 5 * i % 14 for i in range(requests - 7)])
     singles = [refusion_decode_row(net, p[None], c) for p in batch]
-    widths = []
-    net.forward = lambda *a, _f=net.forward, **kw: widths.append(a[0].shape[0]) or _f(*a, **kw)
+    widths, caches, memory = [], [], set()
+
+    def counted(input_ids, *args, _forward=net.forward, **kwargs):
+        widths.append(input_ids.shape[0])
+        memory.add(kwargs["cache"].kv.untyped_storage().data_ptr())
+        return _forward(input_ids, *args, **kwargs)
+
+    net.forward = counted
+    net.new_cache = lambda *args, _new=net.new_cache: caches.append(_new(*args)) or caches[-1]
     rows = refusion_decode_rows(net, batch, c, max_rows=max_rows)
+    assert [cache.batch for cache in caches] == [max_rows] and len(memory) == 1  # one cache, never copied
     assert [o.token_ids for o in rows] == [o.token_ids for o in singles]
     assert [o.iterations for o in rows] == [o.iterations for o in singles]
     assert [o.commit_step for o in rows] == [o.commit_step for o in singles]
@@ -147,6 +157,25 @@ def test_tiny_network_batch_rows_equal_batch_one():
     together = refusion_decode_rows(net, batch, c)
     assert [o.token_ids for o in together] == [o.token_ids for o in singles]
     assert len({o.nfe for o in singles}) > 1
+
+
+@pytest.mark.slow
+def test_tiny_network_rows_in_flight_equal_batch_one():
+    """A real network's rows in flight, more requests than rows: a request prefilled into the cache row another
+    left (its entries still there past the new row's length) decodes as alone, seeded sampling included."""
+    answer = torch.randint(0, 95, (80,), generator=torch.Generator().manual_seed(0)).tolist()
+    net = NudgedNative(native_copy(tiny_qwen(vocab=96, seed=1, sharpness=25.0)), 95, answer, 15.0)
+    c = RefusionConfig(gen_length=32, slot_size=4, serial_num_blocks=2, slot_threshold=0.6, token_threshold=0.6,
+                       mask_id=95, eos_id=answer[22], temperature=0.5)
+    batch = [torch.randint(0, 94, (1 + 5 * n % 17,), generator=torch.Generator().manual_seed(n)) for n in range(36)]
+    seeds = list(range(36))
+    singles = [refusion_decode_rows(net, [p], c, row_seeds=[seed])[0] for p, seed in zip(batch, seeds)]
+    assert len({o.forwards for o in singles}) > 2, "rows should finish at different rounds"
+    for max_rows in (3, 32):
+        rows = refusion_decode_rows(net, batch, c, row_seeds=seeds, max_rows=max_rows)
+        assert [o.token_ids for o in rows] == [o.token_ids for o in singles]
+        assert [o.commit_step for o in rows] == [o.commit_step for o in singles]
+        assert [o.forwards for o in rows] == [o.forwards for o in singles]
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.networks.kv_buffer import KVBuffer
+from models.networks.kv_buffer import KVBuffer, SlotPool
 
 
 def buffer(lengths: list[int], capacity: int = 8) -> KVBuffer:
@@ -60,19 +60,40 @@ def test_truncate_all_trims_every_row_or_none():
     assert cache.lengths == [0, 0]
 
 
-def test_admit_appends_the_rows_of_another_buffer_that_take_entries_like_the_others():
-    cache, joining = buffer([3, 5]), buffer([4, 0])
-    before, theirs = cache.kv.clone(), joining.kv.clone()
-    cache.admit(joining)
-    assert cache.batch == 4 and cache.lengths == [3, 5, 4, 0] and cache.kv.shape[2] == 4
-    assert torch.equal(cache.kv[:, :, :2], before) and torch.equal(cache.kv[:, :, 2:], theirs)
-    with cache.claim(2, keep=2) as plan:
-        cache.store(0, plan, entries(2, 9.0, 4), entries(2, -9.0, 4))
-    assert cache.lengths == [5, 7, 6, 2]
-    assert (cache.row_kv(3)[0][0] == 9).all() and torch.equal(cache.row_kv(0)[0][0][:, :, :3], before[0, 0, :1, :, :3])
-    assert torch.equal(cache.row_kv(2)[0][0][:, :, :4], theirs[0, 0, :1, :, :4])
-    with pytest.raises(ValueError, match="cannot admit"):
-        cache.admit(KVBuffer(1, 1, 3, 1, 4, torch.float32, "cpu"))
+def test_a_part_over_consecutive_slots_is_a_view_and_over_scattered_slots_writes_through_the_pool():
+    """Rows in flight run a forward on their slots alone: the part's entries are those slots', new entries land in
+    the pool at each slot's own columns, reads come back in the part's order, and other slots are left alone."""
+    cache = buffer([3, 5, 2, 4])
+    for slots in ([1, 2], [3, 0]):
+        before = cache.kv.clone()
+        with cache.at(slots) as part:
+            assert part.batch == 2 and part.lengths == [cache.lengths[s] for s in slots]
+            with part.claim(2, keep=[2, 1]) as plan:
+                keys, values = part.store(0, plan, entries(2, 9.0, 2), entries(2, -9.0, 2))
+            for row, slot in enumerate(slots):
+                n = int(plan.index[row, 0])  # the slot's entries before the forward (the rows' lengths differ)
+                assert torch.equal(keys[row, :, :n], before[0, 0, slot, :, :n])  # the slot's own entries, in order
+                assert (keys[row, :, n:n + 2] == 9).all()
+                assert torch.equal(part.row_kv(row)[0][0][0], cache.kv[0, 0, slot, :, :part.lengths[row]])
+        others = [s for s in range(4) if s not in slots]
+        assert torch.equal(cache.kv[:, :, others], before[:, :, others])
+        assert all((cache.kv[0, 0, s, :, :cache.lengths[s]] != 0).any() for s in slots)
+    assert cache.lengths == [4, 7, 3, 6]
+    with pytest.raises(ValueError, match="slots"):
+        with cache.at([1, 1]):
+            pass
+
+
+def test_a_slot_pool_hands_out_the_lowest_free_slot_and_takes_back_only_taken_ones():
+    pool = SlotPool(3)
+    assert [pool.take() for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="no free slot"):
+        pool.take()
+    pool.give(2)
+    pool.give(0)
+    assert pool.take() == 0
+    with pytest.raises(ValueError, match="free already"):
+        pool.give(2)
 
 
 def test_claim_keeps_a_count_of_new_entries_per_row():
