@@ -3,7 +3,8 @@
 Follows Dream's ``generation_utils._sample`` (docs/decoders.md §3): logits are shifted right by one over the whole
 sequence (the token at i is scored by the output at i-1, position 0 by its own), the number committed per step is
 floor(masks * (1 - s/t)) on the grid linspace(1, eps, steps+1), and ``origin`` unmasks each mask independently.
-``dream_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step.
+``dream_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step
+and one batched commit, their tokens in a slot pool on the device (``canvas_pool``).
 """
 
 from __future__ import annotations
@@ -18,23 +19,24 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field, write_tokens)
-from models.decoders.flight import canvas_result, commit_row, fly, took_part
+from models.decoders.canvas_pool import CanvasPool
+from models.decoders.flight import fly, took_part
 from models.decoders.sampling import (
     Draws,
     as_logits,
     check_inputs,
     dream_timesteps,
     dream_masks_and_count,
-    dream_transfer_count_of,
+    host_ints,
     margin_confidence,
     mask_order,
     max_prob_confidence,
     neg_entropy_confidence,
     passes_simplex_check,
-    right_padded,
     row_starts,
     sample_categorical,
     spread,
+    top_counts,
     top_k_filter,
     top_p_filter,
 )
@@ -253,14 +255,23 @@ def dream_generate(
     return output_from_tokens(x[:, prompt_len:], cfg.steps, cfg.eos_ids, steps[:, prompt_len:])
 
 
+def transfer_counts(mask_index: torch.Tensor, taken: torch.Tensor, timesteps: torch.Tensor,
+                    steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's masks and ``dream_transfer_count_of`` as alone, at its own step ``taken[r]`` ([n] long): the same
+    float32 arithmetic, every row at once, left on the device."""
+    totals = mask_index.sum(dim=1)
+    mean = totals / 1  # the reference's mean over a batch of one row, in float32
+    t, s = timesteps[taken], timesteps[taken + 1]
+    return totals, torch.where(taken == steps - 1, mean, mean * (1 - s / t)).long()
+
+
 @dataclass
 class _Row:
-    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone and each position's commit step, the
-    steps it has taken, and its generator."""
+    """One prompt in flight, its control state on the host (its tokens are in the stream's ``CanvasPool``): its slot,
+    the steps it has taken and its generator."""
 
     index: int
-    x: torch.Tensor  # [1, prompt + max_new_tokens]
-    steps: torch.Tensor  # [1, prompt + max_new_tokens]
+    slot: int
     prompt_len: int
     generator: torch.Generator | None
     taken: int = 0
@@ -268,42 +279,84 @@ class _Row:
     forwards: int = 0
 
 
-def _masks_and_counts(rows: list[_Row], cfg: DreamConfig, timesteps: torch.Tensor) -> list[tuple[int, int]]:
-    """Each row's ``dream_masks_and_count`` alone (its own masks and time), all read back in one transfer."""
-    values = []
-    for row in rows:
-        total = (row.x == cfg.mask_id).sum()
-        t, s, last = timesteps[row.taken], timesteps[row.taken + 1], row.taken == cfg.steps - 1
-        values.append(torch.stack([total, dream_transfer_count_of(total, 1, t, s, last)]))
-    return [tuple(pair) for pair in torch.stack(values).tolist()]
+@dataclass(frozen=True)
+class _Flight:
+    """What every round of a stream shares."""
 
+    network: Network
+    cfg: DreamConfig
+    pool: CanvasPool
+    timesteps: torch.Tensor
+    reads_cells: bool  # the network runs its LM head at given cells (``forward(read=)``)
+    samples: bool  # draws (T > 0, origin, alg_temp): each row's step row by row
 
-def _advance(network: Network, rows: list[_Row], cfg: DreamConfig, timesteps: torch.Tensor) -> list[bool]:
-    """One step of every row: one forward of them all, right-padded (``right_padded``: the network's default
-    positions are then each row's own), then each row commits on its own sequence exactly as ``dream_generate`` on
-    it alone; which rows are done."""
-    reads = _masks_and_counts(rows, cfg, timesteps)
-    x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
-    logits = as_logits(network(x, attention_mask=attention_mask, position_ids=None))
-    took_part(rows)
-    for b, (row, (masks, count)) in enumerate(zip(rows, reads)):
-        width = row.x.shape[1]
-        order = mask_order(row.x == cfg.mask_id, masks)
-        row_logits = masked_logits(logits[b:b + 1, :width], order, shifted_sources(1, width, x.device))
-        t, s = timesteps[row.taken], timesteps[row.taken + 1]
-        step = _step(cfg, t, s, row.taken == cfg.steps - 1, count)
-        commit_row(row, slice(None), step(row.x, order, row_logits, generator=row.generator))
-        row.taken += 1
-    return [row.taken == cfg.steps for row in rows]
+    def ranked(self, ids: torch.Tensor, order: torch.Tensor, logits: torch.Tensor, counts: list[int],
+               widths: list[int]) -> torch.Tensor:
+        """``_confidence_step`` without draws on every row at once, each committing its own count (``top_counts``):
+        one set of ops whatever the rows' steps."""
+        conf, tokens = dream_sample_tokens(logits, self.cfg, _CONFIDENCE_OF_ALG[self.cfg.alg], None)
+        chosen = top_counts(spread(conf, order, ids.shape, float("-inf")), counts, widths)
+        return torch.where(chosen, spread(tokens, order, ids.shape, self.cfg.mask_id), ids)
+
+    def drawn(self, rows: list[_Row], ids: torch.Tensor, mask_index: torch.Tensor, logits: torch.Tensor,
+              masks: list[int], counts: list[int], widths: list[int]) -> torch.Tensor:
+        """Each row's step alone, row by row (origin's and alg_temp's draws, per-row seeded sampling: one generator
+        call per row, as torch has no batched generators), on its real columns with its own generator. ``logits``
+        are the masks' in row-major order, so each row's are one contiguous run."""
+        new, end = ids.clone(), 0
+        for b, (row, row_masks, count, width) in enumerate(zip(rows, masks, counts, widths)):
+            part = slice(b, b + 1), slice(0, width)
+            t, s = self.timesteps[row.taken], self.timesteps[row.taken + 1]
+            step = _step(self.cfg, t, s, row.taken == self.cfg.steps - 1, count)
+            order = mask_order(mask_index[part], row_masks)
+            new[part] = step(ids[part], order, logits[end:end + row_masks], generator=row.generator)
+            end += row_masks
+        return new
+
+    def advance(self, rows: list[_Row]) -> list[bool]:
+        """One step of every row: one forward of them all, right-padded (the network's default positions are then
+        each row's own), every row's masks and transfer count for its own time in one computation read back in one
+        transfer, the head at the masks' shifted sources, then the commit of every row at once; which are done."""
+        cfg, pool, device = self.cfg, self.pool, self.pool.x.device
+        pool.join()
+        widths = [row.prompt_len + cfg.max_new_tokens for row in rows]
+        width = max(widths)
+        at = host_ints([[row.slot, w, row.taken, row.taken + 1] for row, w in zip(rows, widths)], device)
+        ids = pool.ids([row.slot for row in rows], width, at[:, 0])
+        real = None if min(widths) == width else torch.arange(width, device=device) < at[:, 1:2]
+        mask_index = ids == cfg.mask_id if real is None else (ids == cfg.mask_id) & real
+        masks, counts = torch.stack(transfer_counts(mask_index, at[:, 2], self.timesteps, cfg.steps)).tolist()
+        order = mask_order(mask_index, sum(masks))
+        sources = shifted_sources(len(rows), width, device)[order]
+        if self.reads_cells:
+            logits = as_logits(self.network(ids, attention_mask=real, position_ids=None, read=sources))
+        else:
+            logits = as_logits(self.network(ids, attention_mask=real, position_ids=None))
+            logits = logits.reshape(-1, logits.shape[-1])[sources]
+        took_part(rows)
+        if self.samples:
+            new = self.drawn(rows, ids, mask_index, logits, masks, counts, widths)
+        else:
+            new = self.ranked(ids, order, logits, counts, widths)
+        pool.write(at[:, 0], torch.arange(width, device=device)[None], ids, new, at[:, 3])
+        for row in rows:
+            row.taken += 1
+        return [row.taken == cfg.steps for row in rows]
 
 
 @torch.no_grad()
 def dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: DreamConfig, max_rows: int,
                  row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, and every step runs the
-    rows in flight in one forward. A row finishes after its ``steps`` (the whole canvas, as alone); with
+    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, every step runs the rows
+    in flight in one forward and commits them at once (``_Flight.advance``). A row finishes after its ``steps`` (the
+    whole canvas, as alone). Without draws a round is a fixed set of ops whatever the number of rows (a few more for
+    mixed widths: ``top_counts``), with one host read before the forward (every row's masks and count) and one for
+    the rows that finish. With draws (``origin``, ``alg_temp``, T > 0) each row's step runs alone, row by row; with
     ``row_seeds`` a sampling row draws from its own generator, so its tokens and forwards are those it has alone
-    (without, the rows share one generator seeded by ``cfg.seed``)."""
+    (without, the rows share one generator seeded by ``cfg.seed``). Where the network can (``reads_cells``) its head
+    runs at the masks' shifted sources alone (the prompt's cells are never read). A row's tokens equal its decode
+    alone by ``dream_generate`` (fp32, tested), the head's float rounding aside, as a batch's shapes already change
+    the forward's."""
     require_filled(cfg, "dream")
     validate_dream_config(cfg)
     if not prompts:
@@ -311,15 +364,13 @@ def dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: DreamCo
     device = prompts[0].device
     samples = cfg.temperature > 0 or cfg.alg == "origin" or bool(cfg.alg_temp)
     draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), device)
-    timesteps = dream_timesteps(cfg.steps, cfg.eps, device)
-
-    def admit(i: int) -> _Row:
-        x = F.pad(prompts[i], (0, cfg.max_new_tokens), value=cfg.mask_id)[None]
-        return _Row(i, x, torch.zeros_like(x), len(prompts[i]), draws.of(i))
-
-    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, timesteps),
-                   lambda row: canvas_result(row, cfg.eos_ids))
+    pool = CanvasPool.build(prompts, cfg.max_new_tokens, cfg.mask_id, min(max_rows, len(prompts)))
+    flight = _Flight(network, cfg, pool, dream_timesteps(cfg.steps, cfg.eps, device),
+                     bool(getattr(network, "reads_cells", False)), samples)
+    yield from fly(len(prompts), max_rows,
+                   lambda i: _Row(i, pool.take(i), len(prompts[i]), draws.of(i) if samples else None),
+                   flight.advance, lambda rows: pool.results(rows, cfg.eos_ids))
 
 
 DREAM = Decoder("dream", DreamConfig, dream_generate, dream_at_canvas, validate_dream_config,
-                stream=dream_stream)
+                stream=dream_stream, version=1)

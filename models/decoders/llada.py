@@ -2,7 +2,8 @@
 
 Follows ML-GSAI/LLaDA ``generate.py`` (docs/decoders.md §2): the full sequence is run every step with no cache, the
 token at position i is scored by the logits at i (no shift), and each block commits a fixed number of tokens per step.
-``llada_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step.
+``llada_stream`` runs rows in flight: each row the same steps on its own sequence, the rows in one forward per step
+and one batched commit over their blocks, their tokens in a slot pool on the device (``canvas_pool``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import torch.nn.functional as F
 
 from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, canvas_field, output_from_tokens,
                                       require_filled, token_id_field, write_tokens)
-from models.decoders.flight import canvas_result, commit_row, fly, took_part
-from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, llada_step_counts,
-                                      right_padded, row_starts)
+from models.decoders.canvas_pool import CanvasPool
+from models.decoders.flight import fly, took_part
+from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, host_ints, llada_step_counts,
+                                      row_starts, top_counts)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -89,14 +91,20 @@ def _forward(
     attention_mask: torch.Tensor | None,
     prompt_index: torch.Tensor | None,  # needed with CFG only
     cfg: LLaDAConfig,
+    read: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Logits for x; with CFG one doubled batch whose second half has the prompt masked: u + (s+1)(c - u)."""
+    """Logits for x; with CFG one doubled batch whose second half has the prompt masked: u + (s+1)(c - u). With
+    ``read`` (flat cells of x) only those cells' logits, [M, V], the network's head computed there alone."""
+    at = {} if read is None else {"read": read}
     if cfg.cfg_scale <= 0:
-        return as_logits(network(x, attention_mask=attention_mask))
+        return as_logits(network(x, attention_mask=attention_mask, **at))
     unconditional = x.masked_fill(prompt_index, cfg.mask_id)
     both = torch.cat([x, unconditional], dim=0)
     mask = None if attention_mask is None else torch.cat([attention_mask, attention_mask], dim=0)
-    conditional_logits, unconditional_logits = torch.chunk(as_logits(network(both, attention_mask=mask)), 2, dim=0)
+    if read is not None:
+        at = {"read": torch.cat([read, read + x.numel()])}
+    conditional_logits, unconditional_logits = torch.chunk(as_logits(network(both, attention_mask=mask, **at)), 2,
+                                                           dim=0)
     return unconditional_logits + (cfg.cfg_scale + 1) * (conditional_logits - unconditional_logits)
 
 
@@ -228,69 +236,171 @@ def llada_generate(
     return output_from_tokens(x[:, prompt_len:], nfe, [cfg.eos_id, cfg.eot_id], steps[:, prompt_len:])
 
 
+def _window_proposals(logits: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator | None, length: int,
+                      first: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_proposals_and_confidence`` from the logits of a window alone ([B, w, V]: columns first .. first+w-1 of rows
+    of ``length`` columns): the same values, and the same draws (B is then 1). At T > 0 the Gumbel noise is drawn
+    over the whole row, [B, length, V] as the reference draws it, and the window's part used: the random stream
+    stays the reference's, one row's noise alive at a time (elementwise, so the window's values are the full ones);
+    random remasking draws one number per position of the row."""
+    window = slice(first, first + logits.shape[1])
+    scored = _suppress(logits, [cfg.eos_id]) if cfg.logits_eos_inf else logits
+    noised = scored
+    if cfg.temperature > 0:
+        shape = (scored.shape[0], length, scored.shape[-1])
+        noise = torch.rand(shape, dtype=torch.float64, device=scored.device, generator=generator)[:, window]
+        noised = scored.to(torch.float64).exp() / (-torch.log(noise)) ** cfg.temperature
+    x0 = torch.argmax(noised, dim=-1)
+    if cfg.confidence_eos_eot_inf:
+        scored = _suppress(scored, [cfg.eot_id, cfg.eos_id] if cfg.temperature == 0 else [cfg.eot_id])
+    if cfg.remasking == "low_confidence":
+        return x0, torch.gather(F.softmax(scored, dim=-1), -1, x0.unsqueeze(-1)).squeeze(-1)
+    return x0, torch.rand((x0.shape[0], length), device=x0.device, generator=generator)[:, window]
+
+
 @dataclass
 class _Row:
-    """One prompt in flight: its sequence (prompt + canvas) as it decodes alone and each position's commit step, the
-    steps it has taken, the columns its current block can commit, and its generator."""
+    """One prompt in flight, its control state on the host (its tokens are in the stream's ``CanvasPool``): its slot,
+    the steps it has taken, the first column its current block can commit, and its generator."""
 
     index: int
-    x: torch.Tensor  # [1, prompt + gen_length]
-    steps: torch.Tensor  # [1, prompt + gen_length]
-    prompt_index: torch.Tensor  # [1, prompt + gen_length] bool: the prompt's tokens (what CFG masks)
+    slot: int
     prompt_len: int
     generator: torch.Generator | None
-    columns: slice | None = None  # set when a block starts
+    first: int = 0  # the first column the current block can commit (``_first_open_column``), set as a block starts
     taken: int = 0
     share: float = 0.0
     forwards: int = 0
 
 
-def _new_row(index: int, prompt: torch.Tensor, cfg: LLaDAConfig, generator: torch.Generator | None) -> _Row:
-    canvas = torch.full((cfg.gen_length,), cfg.mask_id, dtype=prompt.dtype, device=prompt.device)
-    prompt_index = torch.cat([prompt != cfg.mask_id, torch.zeros_like(canvas, dtype=torch.bool)])
-    x = torch.cat([prompt, canvas])[None]
-    return _Row(index, x, torch.zeros_like(x), prompt_index[None], len(prompt), generator)
+@dataclass(frozen=True)
+class _Flight:
+    """What every round of a stream shares: the network, the settings, the rows' tokens and, with CFG, each prompt's
+    own tokens (what the unconditional row masks)."""
 
+    network: Network
+    cfg: LLaDAConfig
+    pool: CanvasPool
+    prompt_index: torch.Tensor | None  # [prompts, width] bool, with CFG only
+    reads_cells: bool  # the network runs its LM head at given cells (``forward(read=)``)
+    samples: bool  # draws (T > 0 or random remasking): each row's proposals row by row
+    steps_per_block: int
+    counts: list[int]  # each step's commits, the same in every block (llada_step_counts)
 
-def _advance(network: Network, rows: list[_Row], cfg: LLaDAConfig) -> list[bool]:
-    """One step of every row: one forward of them all, right-padded (``right_padded``), then each row proposes and
-    commits on its own sequence exactly as ``llada_generate`` on it alone; which rows are done."""
-    steps_per_block = cfg.steps // (cfg.gen_length // cfg.block_length)
-    counts = llada_step_counts(cfg.block_length, steps_per_block)
-    for row in rows:
-        if row.taken % steps_per_block == 0:  # a block starts
-            start = row.prompt_len + row.taken // steps_per_block * cfg.block_length
-            row.columns = slice(_first_open_column(row.x[:, :start] == cfg.mask_id, start), start + cfg.block_length)
-    x, attention_mask = right_padded([row.x for row in rows], cfg.mask_id)
-    prompt_index = right_padded([row.prompt_index for row in rows], False)[0] if cfg.cfg_scale > 0 else None
-    logits = _forward(network, x, attention_mask, prompt_index, cfg)
-    took_part(rows)
-    for b, row in enumerate(rows):
-        open_masks = row.x[:, row.columns] == cfg.mask_id
-        x0, confidence = _proposals_and_confidence(logits[b:b + 1, :row.x.shape[1]], cfg, row.generator, row.columns)
-        commit_row(row, row.columns, _commit(row.x, x0, confidence, open_masks, row.columns,
-                                             counts[row.taken % steps_per_block]))
-        row.taken += 1
-    return [row.taken == cfg.steps for row in rows]
+    def block_start(self, row: _Row) -> int:
+        return row.prompt_len + row.taken // self.steps_per_block * self.cfg.block_length
+
+    def open_blocks(self, rows: list[_Row]) -> None:
+        """Each row starting a block gets its first open column (``_first_open_column`` on its own sequence); the
+        rows starting one are read back together, in one transfer."""
+        starting = [row for row in rows if row.taken % self.steps_per_block == 0]
+        if not starting:
+            return
+        x = self.pool.x
+        at = host_ints([[row.slot, self.block_start(row)] for row in starting], x.device)
+        before = torch.arange(x.shape[1], device=x.device) < at[:, 1:]
+        earlier = (x.index_select(0, at[:, 0]) == self.cfg.mask_id) & before
+        first = torch.where(earlier.any(dim=1), earlier.to(torch.uint8).argmax(dim=1), at[:, 1])
+        for row, column in zip(starting, first.tolist()):
+            row.first = column
+
+    def logits(self, ids: torch.Tensor, attention_mask: torch.Tensor | None, prompts: torch.Tensor,
+               cells: torch.Tensor) -> torch.Tensor:
+        """[n, w, V]: the logits at each row's window ``cells`` [n, w] (CFG applied), the head computed at those
+        cells alone when the network can, else gathered from the whole canvas's."""
+        n, width = ids.shape
+        prompt_index = None if self.prompt_index is None else self.prompt_index.index_select(0, prompts)[:, :width]
+        if not self.reads_cells:
+            logits = _forward(self.network, ids, attention_mask, prompt_index, self.cfg)
+            return logits.gather(1, cells.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+        flat = (cells + torch.arange(n, device=ids.device)[:, None] * width).reshape(-1)
+        return _forward(self.network, ids, attention_mask, prompt_index, self.cfg, flat).view(*cells.shape, -1)
+
+    def drawn(self, rows: list[_Row], logits: torch.Tensor, widths: list[int],
+              windows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Proposals and confidences [n, w] of sampling rows, row by row (one generator call per row: torch has no
+        batched generators), each on its own window (the last ``windows[b]`` cells of its row of ``logits``) and
+        drawing what it draws alone; cells outside a row's window get confidence -inf."""
+        drawn = [_window_proposals(logits[b:b + 1, logits.shape[1] - w:], self.cfg, row.generator, width, row.first)
+                 for b, (row, width, w) in enumerate(zip(rows, widths, windows))]
+        x0 = torch.zeros(logits.shape[:2], dtype=torch.long, device=logits.device)
+        confidence = torch.full(logits.shape[:2], float("-inf"), dtype=drawn[0][1].dtype, device=logits.device)
+        for b, ((row_x0, row_confidence), w) in enumerate(zip(drawn, windows)):
+            x0[b, x0.shape[1] - w:], confidence[b, x0.shape[1] - w:] = row_x0[0], row_confidence[0]
+        return x0, confidence
+
+    def advance(self, rows: list[_Row]) -> list[bool]:
+        """One step of every row in one forward of them all, right-padded (each row at its own columns, so its own
+        positions), then one proposal, confidence and commit over every row's window [n, w] at once, rows at
+        different blocks and steps in the same ops (each its own count: ``top_counts``); which rows are done."""
+        cfg, pool, device = self.cfg, self.pool, self.pool.x.device
+        pool.join()
+        self.open_blocks(rows)
+        widths = [row.prompt_len + cfg.gen_length for row in rows]
+        ends = [self.block_start(row) + cfg.block_length for row in rows]
+        width, window = max(widths), max(end - row.first for row, end in zip(rows, ends))
+        exact = all(end - row.first == window for row, end in zip(rows, ends))  # every window exactly w wide
+        at = host_ints([[row.slot, w, row.first, end, row.taken + 1, row.index]
+                        for row, w, end in zip(rows, widths, ends)], device)
+        ids = pool.ids([row.slot for row in rows], width, at[:, 0])
+        attention_mask = None if min(widths) == width else torch.arange(width, device=device) < at[:, 1:2]
+        cells = at[:, 3:4] - window + torch.arange(window, device=device)  # each row's window, right-aligned at its end
+        valid = None if exact else cells >= at[:, 2:3]
+        read = cells if valid is None else cells.clamp(min=0)
+        logits = self.logits(ids, attention_mask, at[:, 5], read)
+        took_part(rows)
+        if self.samples:
+            x0, confidence = self.drawn(rows, logits, widths, [end - row.first for row, end in zip(rows, ends)])
+        else:
+            x0, confidence = _window_proposals(logits, cfg, None, width, 0)
+        old = ids.gather(1, read)
+        open_masks = old == cfg.mask_id if valid is None else (old == cfg.mask_id) & valid
+        scores = torch.full((len(rows), width + 1), float("-inf"), dtype=confidence.dtype, device=device)
+        scatter_to = read if valid is None else torch.where(valid, cells, width)  # outside a window: the scratch column
+        scores.scatter_(1, scatter_to, torch.where(open_masks, confidence, float("-inf")))
+        counts = [self.counts[row.taken % self.steps_per_block] for row in rows]
+        chosen = top_counts(scores[:, :width], counts, widths).gather(1, read) & open_masks
+        write_to = read if valid is None else torch.where(valid, cells, pool.width)
+        pool.write(at[:, 0], write_to, old, torch.where(chosen, x0, old), at[:, 4])
+        for row in rows:
+            row.taken += 1
+        return [row.taken == cfg.steps for row in rows]
 
 
 @torch.no_grad()
 def llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: LLaDAConfig, max_rows: int,
                  row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, and every step runs the
-    rows in flight in one forward. A row finishes when its schedule is done (the whole canvas, as alone); with
-    ``row_seeds`` a sampling row draws from its own generator, so its tokens and forwards are those it has alone
-    (without, the rows share one generator seeded by ``cfg.seed``)."""
+    """Rows in flight (``Decoder.stream``): each prompt is its own sequence and schedule, every step runs the rows
+    in flight in one forward and commits every row's block at once (``_Flight.advance``). A row finishes when its
+    schedule is done (the whole canvas, as alone). Greedy, a round is a fixed set of ops whatever the number of rows
+    (a few more for rows of mixed widths, and on the CPU one topk per width below 64 x count columns: ``top_counts``)
+    and at most two host reads (the first open columns of rows starting a block, the finished rows' tokens). With
+    ``row_seeds`` a sampling row draws from its own generator, row by row (torch has no batched generators), so its
+    tokens and forwards are those it has alone (without, the rows share one generator seeded by ``cfg.seed``).
+
+    Where the network can (``reads_cells``), its LM head runs at the rows' windows alone, and no tensor outside the
+    network spans canvas x vocabulary except, at T > 0, one row's Gumbel noise at a time, drawn over its whole canvas
+    so the random stream is the reference's. A row's tokens equal its decode alone by ``llada_generate`` (fp32,
+    tested), the head's float rounding aside, as a batch's shapes already change the forward's."""
     require_filled(cfg, "llada")
     validate_llada_config(cfg)
     if not prompts:
         return
     samples = cfg.temperature > 0 or cfg.remasking == "random"
     draws = Draws.for_batch(cfg.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
-    yield from fly(len(prompts), max_rows, lambda i: _new_row(i, prompts[i], cfg, draws.of(i)),
-                   lambda rows: _advance(network, rows, cfg),
-                   lambda row: canvas_result(row, [cfg.eos_id, cfg.eot_id]))
+    pool = CanvasPool.build(prompts, cfg.gen_length, cfg.mask_id, min(max_rows, len(prompts)))
+    prompt_index = None
+    if cfg.cfg_scale > 0:
+        lengths = torch.tensor(pool.lengths, device=pool.packed.device)
+        prompt_index = (pool.packed != cfg.mask_id) & (torch.arange(pool.width, device=lengths.device)
+                                                       < lengths[:, None])
+    steps_per_block = cfg.steps // (cfg.gen_length // cfg.block_length)
+    flight = _Flight(network, cfg, pool, prompt_index, bool(getattr(network, "reads_cells", False)), samples,
+                     steps_per_block, llada_step_counts(cfg.block_length, steps_per_block))
+    yield from fly(len(prompts), max_rows,
+                   lambda i: _Row(i, pool.take(i), len(prompts[i]), draws.of(i) if samples else None),
+                   flight.advance, lambda rows: pool.results(rows, [cfg.eos_id, cfg.eot_id]))
 
 
 LLADA = Decoder("llada", LLaDAConfig, llada_generate, llada_at_canvas, validate_llada_config,
-                stream=llada_stream)
+                stream=llada_stream, version=1)

@@ -88,6 +88,18 @@ class Draws:
         return torch.cat([step(*(t[row:row + 1] for t in batched), *args, generator)
                           for row, generator in enumerate(self.rows)])
 
+    def by_open_row(self, step: Callable[..., torch.Tensor], batched: tuple[torch.Tensor, ...], open_rows: torch.Tensor,
+                    keep: torch.Tensor, *args: Any) -> torch.Tensor:
+        """``by_row`` for a step that changes nothing in a row with nothing left to commit: with per-row generators
+        only the rows ``open_rows`` marks ([B] or [B, 1] bool) take it, a closed row's result is its row of
+        ``keep``, so a row draws only what it draws alone (a static batch steps until its last row is done). One
+        generator for the batch: the whole batch steps, as ``by_row``. Reads ``open_rows`` back only per row."""
+        if self.rows is None:
+            return step(*batched, *args, self.shared)
+        opened = open_rows.reshape(-1).tolist()
+        return torch.cat([step(*(t[row:row + 1] for t in batched), *args, generator) if opened[row]
+                          else keep[row:row + 1] for row, generator in enumerate(self.rows)])
+
 
 def row_starts(attention_mask: torch.Tensor | None, batch: int) -> list[int]:
     """Where each left-padded row's real tokens begin: per-row draws cover only those, so padding moves nothing."""
@@ -240,3 +252,57 @@ def right_padded(rows: Sequence[torch.Tensor], fill: int | bool) -> tuple[torch.
         return ids, None
     real = torch.arange(width, device=ids.device) < torch.tensor(widths, device=ids.device)[:, None]
     return ids, real.long()
+
+
+# ---- commits of rows at different counts ------------------------------------------------------------------------
+def host_ints(values: Sequence[Any], device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """Host values (nested lists) as a tensor on ``device``, in one transfer that does not wait: on CUDA a copy
+    from pageable memory waits for the device's queue to drain (as a read does), one from pinned memory is queued
+    with the work."""
+    tensor = torch.tensor(values, dtype=dtype)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor if device.type == "cpu" else tensor.to(device)
+
+
+def topk_ignores_padding(device: torch.device, count: int, width: int) -> bool:
+    """Whether ``torch.topk``'s pick of ``count`` in a row of ``width`` columns stays the same with -inf columns
+    after them, so rows of different widths can share one call. On the CPU when ``count * 64 <= width``: topk then
+    runs ``std::partial_sort``, whose heap never takes a trailing -inf; below it runs ``std::nth_element``, whose pick
+    among equal values moves with the row's length. On CUDA always: its radix select takes equal values in index
+    order (checked on the device by tests/cuda/test_top_counts_on_device.py)."""
+    if device.type == "cpu":
+        return count * 64 <= width
+    return device.type == "cuda"
+
+
+def top_counts(confidence: torch.Tensor, counts: Sequence[int], widths: Sequence[int]) -> torch.Tensor:
+    """[n, C] bool: in each row r the columns ``torch.topk(confidence[r:r+1, :widths[r]], counts[r])`` picks on the
+    row alone, ties included (a count of 0 picks none). Columns at or past a row's width must hold -inf.
+
+    One topk per count over the rows whose pick ignores trailing columns (``topk_ignores_padding``), one per count
+    and width for the others: a batch of rows at different steps (a few counts) costs a few calls, not one per row.
+    Each call runs on every row; a row keeps the pick of its own call (the calls of one count stacked and gathered
+    at once) and rows of other counts send theirs to a scratch column, so no row is gathered apart."""
+    rows, columns = confidence.shape
+    device = confidence.device
+    calls: dict[int, dict[int, int]] = {}  # count -> the width each of its calls sees -> the call's place
+    place = []  # per row: (count, its call's place)
+    for count, width in zip(counts, widths):
+        seen = columns if count == 0 or topk_ignores_padding(device, count, width) else width
+        place.append((count, calls.setdefault(count, {}).setdefault(seen, len(calls[count]))))
+    calls.pop(0, None)
+    chosen = torch.zeros((rows, columns + 1), dtype=torch.bool, device=device)
+    if not calls:
+        return chosen[:, :columns]
+    uniform = len(calls) == 1 and all(count == place[0][0] for count, _ in place)
+    table = None if uniform and len(next(iter(calls.values()))) == 1 else host_ints(
+        [[at if count == own else -1 for own in calls] for count, at in place], device)  # [rows, counts]
+    picks = []
+    for c, (count, seen) in enumerate(calls.items()):
+        pick = [torch.topk(confidence[:, :width], count).indices for width in seen]
+        if len(pick) > 1:  # each row's own call of this count
+            at = table[:, c].clamp(min=0)[None, :, None].expand(1, rows, count)
+            pick = [torch.stack(pick).gather(0, at)[0]]
+        picks.append(pick[0] if uniform else torch.where(table[:, c:c + 1] >= 0, pick[0], columns))
+    return chosen.scatter_(1, torch.cat(picks, dim=1) if len(picks) > 1 else picks[0], True)[:, :columns]

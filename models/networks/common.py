@@ -272,6 +272,7 @@ class BidirectionalNetwork(nn.Module):
 
     padding_aware_positions: ClassVar[bool]
     bool_mask: ClassVar[bool]
+    reads_cells: ClassVar[bool] = True  # ``forward(..., read=cells)`` runs the LM head at those cells alone
 
     def parts(self) -> tuple[nn.Module, nn.ModuleList, nn.Module, Callable[[Tensor], Tensor]]:
         """(embedding, layers, final norm, LM head) as stored."""
@@ -289,8 +290,11 @@ class BidirectionalNetwork(nn.Module):
         cache: KVBuffer | None = None,
         reservation: Reservation | None = None,
         attention_bias: Tensor | None = None,
+        read: Tensor | None = None,
     ) -> Tensor:
-        """Logits [B, L, vocab] for ``input_ids`` [B, L], unshifted (position i's output is at i).
+        """Logits [B, L, vocab] for ``input_ids`` [B, L], unshifted (position i's output is at i); with ``read`` (flat
+        cells of [B * L]) [M, vocab] at those cells, the LM head computed there alone (a decoder that reads one block
+        of a canvas needs no [B, L, vocab] tensor; the head's float rounding may then differ from the full one's).
 
         attention_mask: [B, K] 1 = real, 0 = pad over every key attended (see ``plan_forward``); pad keys are masked
         for every query, pad query rows still see the real keys (whose output nobody reads). position_ids: absolute
@@ -305,7 +309,7 @@ class BidirectionalNetwork(nn.Module):
         plan = plan_forward(input_ids, attention_mask, position_ids, cache, reservation, len(layers),
                             padding_aware_positions=self.padding_aware_positions, attention_bias=attention_bias)
         mask = sdpa_mask(plan.key_mask, attention_bias, embed.weight.dtype, as_bool=self.bool_mask)
-        return self.run(input_ids, plan, mask, cache, explicit_positions=position_ids is not None)
+        return self.run(input_ids, plan, mask, cache, explicit_positions=position_ids is not None, read=read)
 
     def run(self, input_ids: Tensor, plan: AttentionPlan, mask: Tensor | None, cache: KVBuffer | None,
             explicit_positions: bool, read: Tensor | None = None) -> Tensor:

@@ -23,8 +23,10 @@ from models.decoders.sampling import (
     neg_entropy_confidence,
     passes_simplex_check,
     sample_categorical,
+    top_counts,
     top_k_filter,
     top_p_filter,
+    topk_ignores_padding,
 )
 
 
@@ -157,3 +159,53 @@ def test_check_inputs_one_line_errors():
         check_inputs(torch.zeros(3, dtype=torch.long), None)
     with pytest.raises(ValueError, match="attention_mask must have the shape of input_ids"):
         check_inputs(torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 4))
+
+
+def tied_rows(generator: torch.Generator, rows: int, max_width: int) -> tuple[torch.Tensor, list[int], list[int]]:
+    """Canvas-like rows of confidences: -inf outside one window of few distinct values (ties everywhere), each row its
+    own width (-inf past it) and count, widths and counts on both sides of topk's partial-sort threshold."""
+    scores = torch.full((rows, max_width), float("-inf"))
+    counts, widths = [], []
+    for row in range(rows):
+        width = int(torch.randint(4, max_width + 1, (1,), generator=generator))
+        lo = int(torch.randint(0, width, (1,), generator=generator))
+        hi = min(width, lo + int(torch.randint(1, 40, (1,), generator=generator)))
+        scores[row, lo:hi] = torch.randint(0, 3, (hi - lo,), generator=generator).float() / 4
+        counts.append(int(torch.randint(0, min(hi - lo, 10) + 1, (1,), generator=generator)))
+        widths.append(width)
+    return scores, counts, widths
+
+
+@pytest.mark.parametrize("max_width", [40, 700])
+def test_top_counts_picks_what_topk_picks_on_each_row_alone_ties_included(max_width):
+    """Rows of different widths and counts in one call against ``torch.topk`` on each row cut to its width: the same
+    columns, although the values tie in almost every row (topk's pick among ties depends on the row's length)."""
+    generator = torch.Generator().manual_seed(max_width)
+    ties = 0
+    for _ in range(40):
+        scores, counts, widths = tied_rows(generator, 32, max_width)
+        chosen = top_counts(scores, counts, widths)
+        for row, (count, width) in enumerate(zip(counts, widths)):
+            alone = torch.zeros(max_width, dtype=torch.bool)
+            alone[torch.topk(scores[row:row + 1, :width], count).indices[0]] = True
+            assert torch.equal(chosen[row], alone), (row, count, width)
+            kept = scores[row, alone]
+            ties += bool(count) and bool((scores[row, ~alone] == kept.min()).any())
+    assert ties > 100  # the pick was among equal values that often
+
+
+def test_topk_ignores_trailing_minus_inf_only_in_its_partial_sort_regime():
+    """The fact ``top_counts`` relies on, on the CPU: with count * 64 <= width, -inf columns appended to a row leave
+    topk's pick among ties as it was; below that threshold (nth_element) they can move it."""
+    generator = torch.Generator().manual_seed(0)
+    moved = {True: 0, False: 0}
+    for _ in range(3000):
+        scores, counts, widths = tied_rows(generator, 1, 700)
+        count, width = counts[0], widths[0]
+        if count == 0:
+            continue
+        alone = set(torch.topk(scores[:, :width], count).indices[0].tolist())
+        padded = torch.cat([scores[:, :width], torch.full((1, 97), float("-inf"))], dim=1)
+        after = set(torch.topk(padded, count).indices[0].tolist())
+        moved[topk_ignores_padding(scores.device, count, width)] += alone != after
+    assert moved[True] == 0 and moved[False] > 0
