@@ -15,20 +15,18 @@ prefix step, ``overwrite`` for a dual step). The network is any callable with th
 ``network(ids, attention_mask=, position_ids=, cache=, reservation=)`` returning logits, with ``new_cache`` in the
 cached modes; in mode ``none`` only ``attention_mask``/``position_ids`` are passed, so plain callables work there.
 
-Rows in flight (``FastRow``, ``RowCaches``, ``forward_rows``): each row at its own block and step, right-padded, its
-cache a ragged row of one buffer that it holds from its block's full forward to the block's end.
+Rows in flight are ``fastdllm.rows``: each row at its own block and step, one round batched over them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from models.decoders.flight import joined, took_part
-from models.decoders.sampling import as_logits, right_padded
+from models.decoders.sampling import as_logits
 from models.networks.kv_buffer import KVBuffer
 
 Network = Callable[..., Any]
@@ -160,103 +158,3 @@ def shifted_rows(logits: torch.Tensor, lo: int, hi: int, offset: int = 0) -> tor
     if first < -1:
         raise ValueError(f"rows {lo}..{hi} start before the call's first column {offset}")
     return torch.cat([logits[:, :1], logits[:, :hi - offset - 1]], dim=1)
-
-
-# ---- rows in flight -----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FastRow:
-    """One prompt in flight: its sequence as it decodes alone, its block [start, end) and its step in it (0: the
-    block's full forward, which refills the row's cache; later: window forwards against it), the sampler's plan for
-    its next step (LLaDA: the block's top-k schedule; Dream: the masks and count read back before the step), its
-    generator, and each position's commit step."""
-
-    index: int
-    x: torch.Tensor  # [1, prompt + canvas]
-    prompt_len: int
-    generator: torch.Generator | None
-    start: int
-    end: int
-    block: int = 0
-    step: int = 0
-    plan: Any = None
-    share: float = 0.0
-    forwards: int = 0
-    steps: torch.Tensor = field(init=False)  # [1, prompt + canvas]
-
-    def __post_init__(self) -> None:
-        self.steps = torch.zeros_like(self.x)
-
-
-def key_mask(widths: list[int], key_len: int, device: torch.device) -> torch.Tensor | None:
-    """[n, key_len] 1 on each row's first ``widths[b]`` keys (its canvas; right padding or free columns after), or
-    None when every row owns every key."""
-    if min(widths) == key_len:
-        return None
-    return (torch.arange(key_len, device=device) < torch.tensor(widths, device=device)[:, None]).long()
-
-
-class RowCaches:
-    """The KV cache of the rows in flight that are inside a block, in one ``KVBuffer`` in the order of ``rows``: a
-    row takes a fresh cache row at its block's full forward and gives it up when the block ends. Rows are right
-    padded and ragged (each holds its own canvas at its own columns), so a row's keys, queries and positions are
-    those it has alone."""
-
-    def __init__(self, network: Network, mode: str, capacity: int) -> None:
-        self.network, self.mode, self.capacity = network, mode, capacity
-        self.buffer: KVBuffer | None = None
-        self.rows: list[FastRow] = []
-
-    def full(self, rows: list[FastRow], fill: int) -> torch.Tensor:
-        """Logits of every column of ``rows`` (one forward), their caches refilled (prefix: kept up to the block)
-        and joined to the others."""
-        ids, mask = right_padded([row.x for row in rows], fill)
-        cache = self.network.new_cache(len(rows), self.capacity)
-        logits = as_logits(self.network(ids, attention_mask=mask, cache=cache, reservation=cache.reserve(ids.shape[1])))
-        for b, row in enumerate(rows):
-            cache.truncate(b, row.start if self.mode == "prefix" else row.x.shape[1])
-        self.buffer = joined(self.buffer, cache)
-        self.rows += rows
-        return logits
-
-    def window(self, fill: int) -> torch.Tensor:
-        """Logits of the window of every cached row (one forward), its query j at column ``row.start + j``: dual, the
-        block written over its cache columns against the whole cache; prefix, the block and all after it against
-        the cached prefix, their K/V dropped after."""
-        device = self.rows[0].x.device
-        widths = [row.x.shape[1] for row in self.rows]
-        if self.mode == "dual":
-            ids = torch.cat([row.x[:, row.start:row.end] for row in self.rows])
-            plan = self.buffer.overwrite([row.start for row in self.rows], ids.shape[1])
-            mask = key_mask(widths, plan.key_len, device)
-            return as_logits(self.network(ids, attention_mask=mask, cache=self.buffer, reservation=plan))
-        ids, _ = right_padded([row.x[:, row.start:] for row in self.rows], fill)
-        with self.buffer.claim(ids.shape[1], keep=0) as plan:
-            mask = key_mask(widths, plan.key_len, device)
-            return as_logits(self.network(ids, attention_mask=mask, cache=self.buffer, reservation=plan))
-
-    def keep(self, rows: list[FastRow]) -> None:
-        """Only ``rows`` (cached ones, in order) stay: the others' blocks ended."""
-        kept = [b for b, row in enumerate(self.rows) if any(row is r for r in rows)]
-        if self.buffer is not None:
-            self.buffer.select_rows(kept)
-        self.rows = [self.rows[b] for b in kept]
-
-
-def forward_rows(network: Network, rows: list[FastRow], mode: str, caches: RowCaches, fill: int,
-                 commit: Callable[[FastRow, torch.Tensor, int], None]) -> None:
-    """Every row's forward of this step, then ``commit(row, its logits [1, Q, V], the canvas column of its first
-    query)``. Without a cache one forward of every row; cached, the rows inside a block in one window forward and
-    the rows at a block start in one full forward (their call shapes differ): each row takes part in one."""
-    if mode == "none":
-        ids, mask = right_padded([row.x for row in rows], fill)
-        calls = [(rows, as_logits(network(ids, attention_mask=mask)), False)]
-    else:
-        inside, starting = list(caches.rows), [row for row in rows if row.step == 0]
-        calls = [(inside, caches.window(fill), True)] if inside else []
-        calls += [(starting, caches.full(starting, fill), False)] if starting else []
-    for group, logits, windowed in calls:
-        took_part(group)
-        for b, row in enumerate(group):
-            commit(row, logits[b:b + 1], row.start if windowed else 0)

@@ -47,19 +47,17 @@ from models.decoders.dream import (DreamConfig, dream_generate, dream_sample_tok
 from models.decoders.fastdllm.core import (
     CACHE_MODES,
     Cache,
-    FastRow,
     Network,
     Padding,
-    RowCaches,
-    forward_rows,
     full_forward,
     select_transfer,
     shifted_rows,
     window_forward,
 )
-from models.decoders.flight import canvas_result, commit_row, fly
-from models.decoders.sampling import (Draws, check_inputs, dream_masks_and_count, dream_timesteps,
-                                      dream_transfer_count_of, mask_order, spread)
+from models.decoders.fastdllm.rows import FastRow, RowPool, Window, forward_rows, masks_left, row_by_row
+from models.decoders.flight import fly
+from models.decoders.sampling import (Draws, check_inputs, dream_masks_and_count, dream_timesteps, mask_order, spread,
+                                      top_counts)
 
 
 @dataclass(frozen=True)
@@ -303,7 +301,8 @@ def fastdllm_dream_generate(
 @dataclass(frozen=True)
 class _Schedule:
     """What a row in flight follows: its blocks (without a cache, one over the whole canvas), the bound on a block's
-    steps, the cached entropy path's time grid, and the no-cache threshold path's nominal count per step."""
+    steps, the cached entropy path's time grid, the no-cache threshold path's nominal count per step, and whether a
+    step draws (then a call's rows commit one by one, each from its generator)."""
 
     cfg: FastDreamConfig
     block_length: int
@@ -311,81 +310,116 @@ class _Schedule:
     bound: int
     timesteps: torch.Tensor
     nominal: int
+    samples: bool
 
     @classmethod
-    def of(cls, cfg: FastDreamConfig, device: torch.device) -> "_Schedule":
+    def of(cls, cfg: FastDreamConfig, device: torch.device, samples: bool) -> "_Schedule":
         dream = cfg.dream
         if cfg.cache == "none":
             return cls(cfg, dream.max_new_tokens, dream.steps, dream.max_new_tokens + dream.steps,
-                       dream_timesteps(dream.steps, dream.eps, device), dream.max_new_tokens // dream.steps)
+                       dream_timesteps(dream.steps, dream.eps, device), dream.max_new_tokens // dream.steps, samples)
         steps_per_block = dream.steps // (dream.max_new_tokens // cfg.block_length)
         return cls(cfg, cfg.block_length, steps_per_block, cfg.block_length + steps_per_block,
-                   dream_timesteps(steps_per_block, dream.eps, device), 0)
+                   dream_timesteps(steps_per_block, dream.eps, device), 0, samples)
 
     def start_block(self, row: FastRow, block: int) -> None:
-        """Row ``row`` at step 0 of ``block``; without a cache it reads its masks before step 0, all of the canvas."""
+        """Row ``row`` at step 0 of ``block``, every position of it a mask."""
         row.block, row.step = block, 0
         row.start = row.prompt_len + block * self.block_length
         row.end = row.start + self.block_length
         row.plan = (self.block_length, self.block_length)
 
-    def reads(self, rows: list[FastRow]) -> list[tuple[int, int]]:
-        """Each row's read before its next step, as alone: its block's masks and (cached entropy path) the step's
-        count; all rows in one transfer."""
-        values = []
-        for row in rows:
-            total = (row.x[:, row.start:row.end] == self.cfg.dream.mask_id).sum()
-            count = total
-            if self.cfg.cache != "none" and self.cfg.threshold is None:
-                count = dream_transfer_count_of(total, 1, *_block_time(row.step, self.steps_per_block, self.timesteps))
-            values.append(torch.stack([total, count]))
-        return [tuple(pair) for pair in torch.stack(values).tolist()]
+    def reserved(self, row: FastRow) -> int:
+        """Without a cache: the masks a step leaves to the nominal steps after it (``_threshold_no_cache``)."""
+        return max(self.cfg.dream.steps - row.step - 1, 0) * self.nominal
 
-    def commit(self, row: FastRow, logits: torch.Tensor, offset: int) -> None:
-        """The row's step, as alone: a cached block's forced first token at step 0, else the path's commit."""
-        cfg, (masks, count) = self.cfg, row.plan
-        if cfg.cache != "none" and row.step == 0:
-            first = shifted_rows(logits, row.start, row.start + 1, offset)
-            commit_row(row, slice(row.start, row.start + 1), _forced_first(first, cfg, row.generator))
-        else:
-            block = row.x[:, row.start:row.end]
-            scores, candidates = shifted_rows(logits, row.start, row.end, offset), block == cfg.dream.mask_id
-            if cfg.cache == "none":
-                reserved = max(cfg.dream.steps - row.step - 1, 0) * self.nominal
-                block = _carry_commit(block, scores, candidates, reserved, cfg, row.generator, masks=masks)
-            elif cfg.threshold is None:
-                block = _entropy_commit(block, scores, candidates, row.step, self.steps_per_block, self.timesteps,
-                                        cfg, row.generator, masks=masks, count=count)
+    def ints(self, row: FastRow) -> tuple[int, int]:
+        """What a row's step needs on the device: the masks it reserves for later steps (no cache) and the time index
+        of its next step (cached entropy: its count is read after this step)."""
+        return self.reserved(row) if self.cfg.cache == "none" else 0, min(row.step + 1, self.steps_per_block - 1)
+
+    def commit(self, window: Window) -> torch.Tensor:
+        """The rows' blocks after their step, as each alone: a cached block's forced first token at its full forward,
+        else the path's commit, on every row of the call at once (one by one when the step draws)."""
+        cfg, block = self.cfg, window.block
+        if window.opening:
+            if self.samples:
+                first = row_by_row(_forced_first, window, (window.logits,), lambda row: (cfg,))
             else:
-                block = _threshold_commit(block, scores, candidates, cfg, row.generator, masks=masks)
-            commit_row(row, slice(row.start, row.end), block)
-        row.step += 1
+                first = dream_sample_tokens(window.logits[:, 0], cfg.dream, "max_prob", None)[1][:, None]
+            return torch.cat([first, block[:, 1:]], dim=1)
+        tensors = (block, window.logits, block == cfg.dream.mask_id)
+        masks = sum(row.plan[0] for row in window.rows)  # the rows' reads: how many masks the call scores
+        if cfg.cache == "none":
+            if self.samples:
+                return row_by_row(lambda x, scores, cand, known, reserved, generator: _carry_commit(
+                    x, scores, cand, reserved, cfg, generator, masks=known), window, tensors,
+                    lambda row: (row.plan[0], self.reserved(row)))
+            return _carry_commit(*tensors, window.ints[0], cfg, None, masks=masks)
+        if cfg.threshold is not None:
+            if self.samples:
+                return row_by_row(lambda x, scores, cand, known, generator: _threshold_commit(
+                    x, scores, cand, cfg, generator, masks=known), window, tensors, lambda row: (row.plan[0],))
+            return _threshold_commit(*tensors, cfg, None, masks=masks)
+        if self.samples:
+            return row_by_row(lambda x, scores, cand, step, known, count, generator: _entropy_commit(
+                x, scores, cand, step, self.steps_per_block, self.timesteps, cfg, generator, masks=known,
+                count=count), window, tensors, lambda row: (row.step, *row.plan))
+        return _entropy_rows(*tensors, [row.plan[1] for row in window.rows], cfg, masks)
+
+    def reads(self, windows: list[Window], news: list[torch.Tensor]) -> tuple[list[FastRow], list[tuple[int, int]]]:
+        """The rows of the round and what each reads before its next step, as alone: its block's masks and (cached
+        entropy path) the step's count, Dream's float32 arithmetic per row; all rows in one transfer."""
+        rows, left = masks_left(windows, news, self.cfg.dream.mask_id)
+        if self.cfg.cache == "none" or self.cfg.threshold is not None:
+            return rows, [(masks, masks) for masks in left.tolist()]
+        at = torch.cat([window.ints[1] for window in windows])
+        t, s, last = self.timesteps[at], self.timesteps[at + 1], at == self.steps_per_block - 1
+        mean = left / 1  # ``dream_transfer_count_of`` of one row: the same float32 operations, row by row
+        counts = torch.where(last, mean, mean * (1 - s / t)).long()
+        return rows, [tuple(pair) for pair in torch.stack([left, counts], dim=1).tolist()]
 
 
-def _advance(network: Network, rows: list[FastRow], schedule: _Schedule, caches: RowCaches) -> list[bool]:
-    """One step of every row (``forward_rows``); a row whose block has no mask left or has run out of steps starts
-    its next block, or is done after its last."""
-    cfg = schedule.cfg
-    forward_rows(network, rows, cfg.cache, caches, cfg.dream.mask_id, schedule.commit)
-    done = []
-    for row, read in zip(rows, schedule.reads(rows)):
-        row.plan = read
-        last = row.prompt_len + (row.block + 1) * schedule.block_length == row.x.shape[1]
-        ended = read[0] == 0 or row.step == schedule.bound
-        if ended and not last:
+def _entropy_rows(block: torch.Tensor, block_scores: torch.Tensor, candidates: torch.Tensor, counts: list[int],
+                  cfg: FastDreamConfig, masks: int) -> torch.Tensor:
+    """``_entropy_commit`` (top-k, no draw) of rows with a count each: each row's pick is topk's on the row alone,
+    ties included (``top_counts``: one topk per distinct count)."""
+    conf, proposals = _scored(block_scores, candidates, cfg, "neg_entropy", None, masks)
+    width = block.shape[1]
+    chosen = top_counts(conf, [min(count, width) for count in counts], [width] * len(counts)) & candidates
+    return torch.where(chosen, proposals, block)
+
+
+def _advance(pool: RowPool, rows: list[FastRow], schedule: _Schedule) -> list[bool]:
+    """One step of every row (``forward_rows``), each call's rows committed at once; a row whose block has no mask
+    left or has run out of steps starts its next block, or is done after its last."""
+    windows = forward_rows(pool, rows, True, 1, schedule.ints)
+    news = []
+    for window in windows:
+        news.append(schedule.commit(window))
+        pool.write(window, news[-1])
+    ended = {}
+    for row, read in zip(*schedule.reads(windows, news)):
+        row.step, row.plan = row.step + 1, read
+        last = row.start + schedule.block_length == row.width
+        end = read[0] == 0 or row.step == schedule.bound
+        if end and not last:
             schedule.start_block(row, row.block + 1)
-        done.append(ended and last)
-    caches.keep([row for row, finished in zip(rows, done) if not finished and row.step > 0])
+        ended[row.index] = end and last
+    done = [ended[row.index] for row in rows]
+    pool.leave([row for row, end in zip(rows, done) if end])
     return done
 
 
 @torch.no_grad()
 def fastdllm_dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: FastDreamConfig, max_rows: int,
                           row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens and forwards those
-    it has alone (with ``row_seeds``, its draws too). Each step runs every row once: without a cache in one forward
-    (plain Dream's stream without a threshold); cached, the rows inside a block in one window forward and the rows
-    at a block start in one full forward (``forward_rows``), each row's cache its own ragged row of one buffer."""
+    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens, forwards and
+    commit steps those it has alone (with ``row_seeds``, its draws too). Without a cache and a threshold it is plain
+    Dream's stream. Otherwise a round is batched work over a slot pool (``fastdllm.rows``): without a cache one
+    forward of every row; cached, the rows inside a block in one window forward and the rows at a block start in
+    one full forward; then each call's commit rule once over its rows' blocks, and one read of the masks left (and
+    the entropy path's counts). A step that draws commits row by row, each row from its generator."""
     require_filled(cfg, "dream-fastdllm")
     validate_fast_dream_config(cfg)
     if cfg.cache == "none" and cfg.threshold is None:
@@ -396,19 +430,17 @@ def fastdllm_dream_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
     device, canvas = prompts[0].device, cfg.dream.max_new_tokens
     samples = cfg.dream.temperature > 0 or (cfg.threshold is None and bool(cfg.dream.alg_temp))
     draws = Draws.for_batch(cfg.dream.seed, row_seeds if samples else None, len(prompts), device)
-    schedule = _Schedule.of(cfg, device)
-    width = max(len(p) for p in prompts) + canvas
-    caches = RowCaches(network, cfg.cache, width + (canvas if cfg.cache == "prefix" else 0))
+    schedule = _Schedule.of(cfg, device, samples)
+    pool = RowPool(network, cfg.cache, prompts, canvas, schedule.block_length, max_rows, cfg.dream.mask_id)
 
     def admit(i: int) -> FastRow:
-        row = FastRow(i, F.pad(prompts[i], (0, canvas), value=cfg.dream.mask_id)[None], len(prompts[i]),
-                      draws.of(i), 0, 0)
+        row = pool.admit(i, draws.of(i))
         schedule.start_block(row, 0)
         return row
 
-    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, schedule, caches),
-                   lambda row: canvas_result(row, cfg.dream.eos_ids))
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(pool, rows, schedule),
+                   lambda rows: pool.results(rows, cfg.dream.eos_ids))
 
 
 FAST_DREAM = Decoder("dream-fastdllm", FastDreamConfig, fastdllm_dream_generate, fast_dream_at_canvas,
-                     validate_fast_dream_config, stream=fastdllm_dream_stream)
+                     validate_fast_dream_config, stream=fastdllm_dream_stream, version=2)

@@ -35,20 +35,18 @@ from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, 
 from models.decoders.fastdllm.core import (
     CACHE_MODES,
     Cache,
-    FastRow,
     Network,
     Padding,
-    RowCaches,
     extend_mask,
-    forward_rows,
     full_forward,
     open_block_rows,
     select_transfer,
     window_forward,
 )
+from models.decoders.fastdllm.rows import FastRow, RowPool, forward_rows, masks_left, row_by_row
+from models.decoders.flight import fly
 from models.decoders.llada import LLaDAConfig, llada_at_canvas, validate_llada_config
-from models.decoders.flight import canvas_result, commit_row, fly
-from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_transfer_counts
+from models.decoders.sampling import Draws, add_gumbel_noise, check_inputs, llada_step_counts, llada_transfer_counts
 
 
 @dataclass(frozen=True)
@@ -117,7 +115,8 @@ def fastdllm_llada_generate(
 ) -> DecodeOutput:
     """Fill ``gen_length`` masks after the (left-padded) prompts block by block; rows are cut after EOS or EOT.
     With ``row_seeds`` a sampling config draws each row from its own generator (blocks lie past the padding, so no
-    offset); a greedy one decodes the batch at once."""
+    offset), and only while its block has masks (the batch steps a block until its last row is done), so each row
+    samples what it samples alone; a greedy one decodes the batch at once."""
     require_filled(cfg, "llada-fastdllm")
     validate_fast_llada_config(cfg)
     check_inputs(input_ids, attention_mask)
@@ -154,56 +153,57 @@ def fastdllm_llada_generate(
             nfe += 1
             counts = schedule[:, step] if step < steps_per_block else torch.zeros_like(schedule[:, 0])
             block_logits, counts = logits[:, start - offset : end - offset], counts.clamp_min(1)
+            block = x[:, start:end]  # with per-row seeds a row whose block is full draws nothing, as alone
             write_tokens(x, steps, slice(start, end),
-                         draws.by_row(llada_step, (block_logits, x[:, start:end], counts), cfg), own)
+                         draws.by_open_row(llada_step, (block_logits, block, counts), open_rows, block, cfg), own)
     return output_from_tokens(x[:, prompt_len:], nfe, [plain.eos_id, plain.eot_id], steps[:, prompt_len:])
 
 
-def _start_block(row: FastRow, block: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
-    """Row ``row`` at step 0 of ``block``, with the block's top-k schedule (``plan``) as ``fastdllm_llada_generate``
-    makes it."""
+def _start_block(row: FastRow, block: int, block_length: int) -> None:
+    """Row ``row`` at step 0 of ``block``."""
     row.block, row.step = block, 0
-    row.start = row.prompt_len + block * cfg.llada.block_length
-    row.end = row.start + cfg.llada.block_length
-    row.plan = llada_transfer_counts((row.x[:, row.start:row.end] == cfg.llada.mask_id).sum(dim=1), steps_per_block)
+    row.start = row.prompt_len + block * block_length
+    row.end = row.start + block_length
 
 
-def _commit_row(row: FastRow, logits: torch.Tensor, offset: int, cfg: FastLLaDAConfig, steps_per_block: int) -> None:
-    """The row's step on its block, as alone: its scheduled count (at least one), or the threshold."""
-    schedule = row.plan
-    counts = schedule[:, row.step] if row.step < steps_per_block else torch.zeros_like(schedule[:, 0])
-    block = row.x[:, row.start:row.end]
-    commit_row(row, slice(row.start, row.end), llada_step(logits[:, row.start - offset:row.end - offset], block,
-                                                          counts.clamp_min(1), cfg, row.generator))
-    row.step += 1
-
-
-def _advance(network: Network, rows: list[FastRow], cfg: FastLLaDAConfig, caches: RowCaches) -> list[bool]:
-    """One step of every row (``forward_rows``); a row whose block has no mask left (one read for all rows) or has
-    run out of steps starts its next block, or is done after its last."""
+def _advance(pool: RowPool, rows: list[FastRow], cfg: FastLLaDAConfig, counts: list[int], draws: Draws) -> list[bool]:
+    """One step of every row (``forward_rows``), each call's rows committed at once, each row by its own count of
+    the block's top-k schedule (``counts[step]``, at least one) or the threshold; a row whose block has no mask left
+    (one read for all rows) or has run out of steps starts its next block, or is done after its last."""
     plain = cfg.llada
-    steps_per_block = plain.steps // (plain.gen_length // plain.block_length)
-    forward_rows(network, rows, cfg.cache, caches, plain.mask_id,
-                 lambda row, logits, offset: _commit_row(row, logits, offset, cfg, steps_per_block))
-    left = torch.stack([(row.x[0, row.start:row.end] == plain.mask_id).any() for row in rows]).tolist()
-    done = []
-    for row, masks in zip(rows, left):
-        last = row.block + 1 == plain.gen_length // plain.block_length
-        ended = not masks or row.step == plain.block_length + steps_per_block
-        if ended and not last:
-            _start_block(row, row.block + 1, cfg, steps_per_block)
-        done.append(ended and last)
-    caches.keep([row for row, finished in zip(rows, done) if not finished and row.step > 0])
+    blocks, bound = plain.gen_length // plain.block_length, len(counts)
+    windows = forward_rows(pool, rows, False, plain.block_length, lambda row: (counts[row.step],))
+    news = []
+    for window in windows:
+        batched = (window.logits, window.block, window.ints[0])
+        if draws.rows is None:
+            new = llada_step(*batched, cfg, draws.shared)
+        else:  # per-row seeds: each row draws from its own generator, as alone
+            new = row_by_row(llada_step, window, batched, lambda row: (cfg,))
+        pool.write(window, new)
+        news.append(new)
+    stepped, left = masks_left(windows, news, plain.mask_id)
+    ended = {}
+    for row, masks in zip(stepped, left.tolist()):
+        row.step += 1
+        end, last = masks == 0 or row.step == bound, row.block + 1 == blocks
+        if end and not last:
+            _start_block(row, row.block + 1, plain.block_length)
+        ended[row.index] = end and last
+    done = [ended[row.index] for row in rows]
+    pool.leave([row for row, end in zip(rows, done) if end])
     return done
 
 
 @torch.no_grad()
 def fastdllm_llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg: FastLLaDAConfig, max_rows: int,
                           row_seeds: Sequence[int] | None = None) -> Iterator[Step]:
-    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens and forwards those
-    it has alone (with ``row_seeds``, its draws too). Each step runs every row once: without a cache in one forward;
-    cached, the rows inside a block in one window forward and the rows at a block start in one full forward
-    (``forward_rows``), each row's cache its own ragged row of one buffer (``RowCaches``)."""
+    """Rows in flight (``Decoder.stream``): each prompt runs its own blocks and steps, its tokens, forwards and
+    commit steps those it has alone (with ``row_seeds``, its draws too). A round is batched work over a slot pool
+    (``fastdllm.rows``): without a cache one forward of every row; cached, the rows inside a block in one window
+    forward and the rows at a block start in one full forward; then each call's commit rule once over its rows'
+    blocks, and one read of the masks left. With ``row_seeds`` a sampling round draws row by row (one generator call
+    per row); without, the rows share one generator seeded by ``seed``."""
     require_filled(cfg, "llada-fastdllm")
     validate_fast_llada_config(cfg)
     if not prompts:
@@ -212,19 +212,18 @@ def fastdllm_llada_stream(network: Network, prompts: Sequence[torch.Tensor], cfg
     samples = plain.temperature > 0 or plain.remasking == "random"
     draws = Draws.for_batch(plain.seed, row_seeds if samples else None, len(prompts), prompts[0].device)
     steps_per_block = plain.steps // (plain.gen_length // plain.block_length)
-    width = max(len(p) for p in prompts) + plain.gen_length
-    caches = RowCaches(network, cfg.cache, width + (plain.gen_length if cfg.cache == "prefix" else 0))
+    # the schedule of a block (every block starts full of masks), then one commit a step up to the bound
+    counts = [max(c, 1) for c in llada_step_counts(plain.block_length, steps_per_block)] + [1] * plain.block_length
+    pool = RowPool(network, cfg.cache, prompts, plain.gen_length, plain.block_length, max_rows, plain.mask_id)
 
     def admit(i: int) -> FastRow:
-        prompt = prompts[i]
-        x = torch.cat([prompt, prompt.new_full((plain.gen_length,), plain.mask_id)])[None]
-        row = FastRow(i, x, len(prompt), draws.of(i), 0, 0)
-        _start_block(row, 0, cfg, steps_per_block)
+        row = pool.admit(i, draws.of(i))
+        _start_block(row, 0, plain.block_length)
         return row
 
-    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(network, rows, cfg, caches),
-                   lambda row: canvas_result(row, [plain.eos_id, plain.eot_id]))
+    yield from fly(len(prompts), max_rows, admit, lambda rows: _advance(pool, rows, cfg, counts, draws),
+                   lambda rows: pool.results(rows, [plain.eos_id, plain.eot_id]))
 
 
 FAST_LLADA = Decoder("llada-fastdllm", FastLLaDAConfig, fastdllm_llada_generate, fast_llada_at_canvas,
-                     validate_fast_llada_config, stream=fastdllm_llada_stream)
+                     validate_fast_llada_config, stream=fastdllm_llada_stream, version=2)

@@ -1,6 +1,7 @@
 """Rows in flight (``Decoder.stream``) of the diffusion decoders: every row's token ids and forward count equal its
 prompt decoded alone (fp32), whatever its neighbours and whenever it was admitted. Mixed prompt lengths, more
-prompts than rows, rows that end early, late or never, greedy and seeded sampling, on tiny real networks."""
+prompts than rows (up to 32 rows of 40 prompts), rows that end early, late or never, greedy and seeded sampling, on
+tiny real networks (the native ones with their LM head at the cells a step reads, where the decoder asks)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class EndProne(torch.nn.Module):
     def __init__(self, network: Callable[..., torch.Tensor], boost: float) -> None:
         super().__init__()
         self.network, self.boost, self.calls = network, boost, 0
+        self.reads_cells = bool(getattr(network, "reads_cells", False))  # ``read=`` passes through to the network
 
     def forward(self, ids: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         self.calls += 1
@@ -48,9 +50,9 @@ class EndProne(torch.nn.Module):
         return self.network.new_cache(batch, capacity)
 
 
-def drain(steps: Iterator[Step], max_rows: int) -> dict[int, DecodeResult]:
-    """Each prompt's result; every prompt admitted once and finished once, never more than ``max_rows`` rows in a
-    step."""
+def drain(steps: Iterator[Step], max_rows: int, count: int = len(PROMPTS)) -> dict[int, DecodeResult]:
+    """Each of ``count`` prompts' result; every prompt admitted once and finished once, never more than ``max_rows``
+    rows in a step."""
     results: dict[int, DecodeResult] = {}
     admitted: list[int] = []
     for step in steps:
@@ -59,15 +61,15 @@ def drain(steps: Iterator[Step], max_rows: int) -> dict[int, DecodeResult]:
         for index, result in step.finished:
             assert index not in results
             results[index] = result
-    assert sorted(admitted) == sorted(results) == list(range(len(PROMPTS)))
+    assert sorted(admitted) == sorted(results) == list(range(count))
     return results
 
 
-def assert_rows_decode_alone(decoder: Any, network: EndProne, config: Any,
-                             seeds: tuple[int, ...] | None) -> list[DecodeResult]:
+def assert_rows_decode_alone(decoder: Any, network: EndProne, config: Any, seeds: tuple[int, ...] | None,
+                             prompt_ids: list[list[int]] = PROMPTS, rows: int = ROWS) -> list[DecodeResult]:
     """The stream's rows against each prompt decoded alone at batch 1 (with its own seed); returns the stream's."""
-    prompts = [torch.tensor(p) for p in PROMPTS]
-    results = drain(decoder.stream(network, prompts, config, ROWS, seeds), ROWS)
+    prompts = [torch.tensor(p) for p in prompt_ids]
+    results = drain(decoder.stream(network, prompts, config, rows, seeds), rows, len(prompts))
     calls, network.calls = network.calls, 0
     for i, prompt in enumerate(prompts):
         extra = {} if seeds is None else {"row_seeds": (seeds[i],)}
@@ -77,7 +79,7 @@ def assert_rows_decode_alone(decoder: Any, network: EndProne, config: Any,
         assert results[i].forwards == alone.forwards
         assert results[i].commit_step == alone.commit_step and len(alone.commit_step) == len(alone.token_ids)
     assert sum(r.nfe for r in results.values()) == pytest.approx(calls)  # each call split across its rows
-    return [results[i] for i in range(len(PROMPTS))]
+    return [results[i] for i in range(len(prompts))]
 
 
 def stub(positional: str, seed: int = 3, boost: float = 1.5) -> EndProne:
@@ -167,6 +169,27 @@ def test_fastdllm_dream_rows_in_flight_decode_as_alone(cache, name):
     config = dataclasses.replace(FAST_DREAMS[name], cache=cache)
     samples = config.dream.temperature > 0 or bool(config.dream.alg_temp)
     assert_rows_decode_alone(FAST_DREAM, native(tiny_dream_config(V)), config, SEEDS if samples else None)
+
+
+MANY = [[(5 * i + 3 * j) % 13 for j in range(1 + (7 * i) % 9)] for i in range(40)]  # 40 prompts of 1-9 ids
+MANY_SEEDS = tuple(row_seed(1234, str(i)) for i in range(len(MANY)))
+FAST_AT_32 = {"llada": (FAST_LLADA, tiny_llada_config, FAST_LLADAS),
+              "dream": (FAST_DREAM, tiny_dream_config, FAST_DREAMS)}
+QUICK_AT_32 = ("llada", "threshold", "dual")  # the others run with the slow tests (each takes several seconds)
+
+
+@pytest.mark.parametrize("kind,name,cache", [
+    pytest.param(kind, name, cache, marks=() if (kind, name, cache) == QUICK_AT_32 else pytest.mark.slow)
+    for kind, names in (("llada", ("threshold", "threshold-random")), ("dream", ("threshold", "entropy-alg-temp")))
+    for name in names for cache in ("none", "prefix", "dual")])
+def test_fastdllm_32_rows_in_flight_decode_as_alone(kind, name, cache):
+    """32 rows in flight over 40 prompts of mixed lengths, greedy and seeded sampling: the rows' thresholds put them
+    at different blocks and steps (cached, rows at a block start beside rows inside one), a freed slot takes a
+    waiting prompt, and every row is still its prompt alone."""
+    decoder, net_config, configs = FAST_AT_32[kind]
+    config = dataclasses.replace(configs[name], cache=cache)
+    seeds = None if name == "threshold" else MANY_SEEDS
+    assert_rows_decode_alone(decoder, native(net_config(V)), config, seeds, MANY, 32)
 
 
 @pytest.mark.parametrize("decoder,config,network", [(LLADA, LLADA_BASE, lambda: stub("rope", 0, 3.0)),

@@ -455,7 +455,9 @@ def test_left_padded_batch_equals_single_runs(nets, kind, cache):
 
 
 def test_rows_cut_after_eos_or_eot_and_split_nfe():
-    table = one_hot_table([0, 0, 5, 6, 7, EOT, 8, EOS, 9, 10], V)
+    # confidence falls with the position, so the commits go left to right (equal one-hot rows do not tie exactly:
+    # the float64 softmax's sum depends on where the maximum sits in the vector)
+    table = one_hot_table([0, 0, 5, 6, 7, EOT, 8, EOS, 9, 10], V) * torch.linspace(1.5, 1.0, 10)[:, None]
     cfg = replace_leaves(LLADA, gen_length=8, steps=8, block_length=8, threshold=None)
     out = fastdllm_llada_generate(ScriptedNet(per_position_logits(table)), torch.tensor([[3, 4], [3, 4]]), None, cfg)
     assert out.tokens[0].tolist() == [5, 6, 7, EOT, 8, EOS, 9, 10] and out.nfe == 8
@@ -477,3 +479,30 @@ def test_threshold_selection_takes_each_rows_first_maximum_and_every_candidate_a
             want = {next(i for i in indices if float(confidence[row, i]) == best)}
             want |= {i for i in indices if float(confidence[row, i]) >= 0.7}
         assert set(chosen[row].nonzero().flatten().tolist()) == want
+
+
+# ---- per-row seeds in a static batch ------------------------------------------------------------------------------
+SAMPLED = {"llada-gumbel": ("llada", 2.0, 0.5, {"temperature": 0.8}),
+           "llada-random": ("llada", 2.0, 0.5, {"temperature": 1.0, "remasking": "random"}),
+           "dream": ("dream", 8.0, 0.3, {"temperature": 0.8})}
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+@pytest.mark.parametrize("name", list(SAMPLED))
+def test_sampled_static_batch_with_row_seeds_equals_each_row_alone(nets, name, cache):
+    """A threshold on a sharpened network closes the rows' blocks at different steps; the batch keeps stepping a
+    block until its last row is done, and a row whose block is full draws nothing meanwhile, so each row's tokens
+    are its own alone (with its seed)."""
+    kind, sharpen, threshold, sampling = SAMPLED[name]
+    net = nets[kind, sharpen] if (kind, sharpen) in nets else NoMaskProposals(network(kind, sharpen))
+    prompts, seeds = [[5, 17, 33, 8, 21, 40], [9, 12, 44], [3, 7, 30, 11]], (101, 202, 303)
+    ids = torch.tensor([[0] * (6 - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (6 - len(p)) + [1] * len(p) for p in prompts])
+    decode = fastdllm_llada_generate if kind == "llada" else fastdllm_dream_generate
+    config = replace_leaves(LLADA if kind == "llada" else DREAM, cache=cache, threshold=threshold, **sampling)
+    together = decode(net, ids, mask, config, row_seeds=seeds)
+    alone = [decode(net, torch.tensor([p]), None, config, row_seeds=(s,)) for p, s in zip(prompts, seeds)]
+    assert len({out.nfe for out in alone}) > 1  # the rows do take different steps
+    for row, out in enumerate(alone):
+        assert together.rows[row].token_ids == out.rows[0].token_ids, row
+        assert together.rows[row].commit_step == out.rows[0].commit_step, row
