@@ -22,10 +22,11 @@ from harness.run.folder import Run, RunFolder
 from reports import figures
 from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
+from reports.latency_caption import latency_caption
 from reports.report_data import ReportData, gather, short_run_names
 from reports.published import SOURCE, PublishedCell
-from reports.tables import (MANIFEST_COLUMNS, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
-                            published_frame, published_reference_frame, speed_frame, write_tables)
+from reports.tables import (MANIFEST_COLUMNS, SERVED_NOTE, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
+                            published_frame, published_reference_frame, served_speed_frame, speed_frame, write_tables)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -129,7 +130,10 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
             "forwards": figures.forwards_bars(data),
             "order": figures.order_lines(data),
         },
+        "latency_caption": latency_caption(data.samples, data.labels),
         "speed": table_view(speed_frame(data), 3),
+        "served_speed": table_view(served_speed_frame(data), 3),
+        "served_note": SERVED_NOTE,
         "attribution": table_view(attribution_frame(data), 2),
         "diagnostics": table_view(diagnostics_frame(data), 1),
         "published": table_view(published_frame(data)),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,10 +43,25 @@ class Cell:
     manifest: dict[str, Any]
     timed_samples: int | None = None
     low_sample: bool = False  # the speed figures rest on fewer timed samples than the run's stated minimum
+    served_speed: dict[str, Any] = field(default_factory=dict)  # a model served over HTTP: its client-side figures
 
     @property
     def forwards_per_token(self) -> float | None:
         return 1.0 / self.tokens_per_forward if self.tokens_per_forward else None
+
+    @property
+    def served(self) -> bool:
+        """Served over HTTP (``openai:``): timed on the client, network and server queue included, so its speed is
+        never set beside an in-process model's (a table of its own, a marker on its cells)."""
+        return is_served(self.manifest)
+
+
+def is_served(manifest: dict[str, Any]) -> bool:
+    return (manifest.get("implementation") or {}).get("network") == "served"
+
+
+SERVED_FIGURES = ("request_latency_s", "request_tokens_per_second", "first_chunk_s", "chunks", "tokens_per_chunk",
+                  "retries")
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,9 @@ class ReportData:
 
     def cell(self, label: str, task: str) -> Cell | None:
         return next((c for c in self.cells if c.label == label and c.task == task), None)
+
+    def served(self, label: str) -> bool:
+        return any(c.served for c in self.cells if c.label == label)
 
     def kind(self, label: str) -> str | None:
         cell = next((c for c in self.cells if c.label == label), None)
@@ -93,6 +111,7 @@ def to_cell(entry: Labelled) -> Cell:
         combined_tokens_per_second=_number(speed.get("combined_tokens_per_second")),
         diagnostics=dict(r.diagnostics), manifest=dict(r.manifest),
         timed_samples=speed.get("timed_samples"), low_sample=bool(speed.get("low_sample")),
+        served_speed={k: speed[k] for k in SERVED_FIGURES if k in speed} if is_served(r.manifest) else {},
     )
 
 
@@ -159,11 +178,21 @@ def short_run_names(names: Sequence[str], limit: int = SHORT_RUN_CHARS) -> list[
     return cut if len(set(cut)) == len(cut) else parts
 
 
+def adapter_tag(manifest: dict[str, Any]) -> str:
+    """`` (LoRA 1a2b3c4d)``, the short hash of the LoRA files a result's model merged, or "" without one."""
+    sha = (manifest.get("model") or {}).get("adapter")
+    return f" (LoRA {sha[:8]})" if sha else ""
+
+
 def labelled_entries(runs: Sequence[Run]) -> list[Labelled]:
-    """Every result labelled by model, and a model found in several runs as ``model @ short run name``."""
+    """Every result labelled by model, and a model found in several runs as ``model @ short run name``; a model
+    with a LoRA merged has its short hash beside the name."""
     short = {id(run): name for run, name in zip(runs, short_run_names([run.name for run in runs]))}
-    return [entry if entry.label == entry.model else replace(entry, label=f"{entry.model} @ {short[id(entry.run)]}")
-            for entry in label_results(runs)]
+    out = []
+    for entry in label_results(runs):
+        label = entry.label if entry.label == entry.model else f"{entry.model} @ {short[id(entry.run)]}"
+        out.append(replace(entry, label=label + adapter_tag(entry.result.manifest)))
+    return out
 
 
 def gather(run_dirs: Sequence[Path], baseline_model: str | None = None) -> ReportData:

@@ -43,6 +43,7 @@ class GridCell:
     tokens_per_second: float | None
     n: int | None = None
     low_sample: bool = False  # speed from too few timed samples
+    served: bool = False  # tokens/s timed on the client of an HTTP server, not in process: marked wherever shown
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class GridRow:
 
 def grid_cell(cell: Cell) -> GridCell:
     return GridCell(pct(cell.value), pct(cell.ci_low), pct(cell.ci_high), cell.tokens_per_second, cell.n,
-                    cell.low_sample)
+                    cell.low_sample, cell.served)
 
 
 def paper_grid(data: ReportData) -> list[GridRow]:
@@ -66,10 +67,17 @@ def paper_grid(data: ReportData) -> list[GridRow]:
         cells = tuple(None if (c := data.cell(label, t)) is None else grid_cell(c) for t in data.tasks)
         present = [c for c in cells if c is not None]
         average = GridCell(mean_or_none([c.accuracy for c in present]),
-                           None, None, mean_or_none([c.tokens_per_second for c in present]))
+                           None, None, mean_or_none([c.tokens_per_second for c in present]),
+                           served=any(c.served for c in present))
         first = next(c for c in data.cells if c.label == label)
         rows.append(GridRow(label, cells, average, len(present), published_row(first.manifest)))
     return rows
+
+
+SERVED_MARK = " (served over HTTP)"
+SERVED_NOTE = ("Served over HTTP (openai:): each request timed on this side of the wire, from sending to its last "
+               "byte, the network and the server's queue included; the server's own token count. Not measured the "
+               "way the in-process models above are: compare these with each other, not with those.")
 
 
 def cell_text(cell: GridCell | None, with_ci: bool = True) -> str:
@@ -77,7 +85,7 @@ def cell_text(cell: GridCell | None, with_ci: bool = True) -> str:
         return "-"
     ci = f" [{fmt(cell.ci_low, 1)}, {fmt(cell.ci_high, 1)}]" if with_ci and cell.ci_low is not None else ""
     few = " (few timed samples)" if cell.low_sample else ""
-    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s{few}"
+    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s{SERVED_MARK if cell.served else ''}{few}"
 
 
 def paper_frame(data: ReportData) -> pd.DataFrame:
@@ -127,8 +135,9 @@ def diagnostic_values(cell: Cell) -> dict[str, Any]:
 
 
 def speed_frame(data: ReportData) -> pd.DataFrame:
+    """The in-process models' speed (served models have ``served_speed_frame``)."""
     records = []
-    for c in data.cells:
+    for c in (c for c in data.cells if not c.served):
         records.append({
             "model": c.label, "task": c.task, "network": implementation_label(c.manifest),
             "tokens/s": c.tokens_per_second, "tokens/forward": c.tokens_per_forward,
@@ -140,6 +149,32 @@ def speed_frame(data: ReportData) -> pd.DataFrame:
         })
         if any(o.combined_tokens_per_second is not None for o in data.cells):
             records[-1]["tokens/s all ranks"] = c.combined_tokens_per_second
+    return pd.DataFrame(records)
+
+
+def _spread(speed: dict[str, Any], name: str, stat: str) -> float | None:
+    return (speed.get(name) or {}).get(stat)
+
+
+def served_speed_frame(data: ReportData) -> pd.DataFrame:
+    """The speed of models served over HTTP, client side: per request latency, tokens/s, time to the first chunk of
+    text and the chunks it came in (a block-diffusion server sends a block per chunk), and the run's tokens/s."""
+    records = []
+    for c in (c for c in data.cells if c.served):
+        served, speed = c.manifest.get("served") or {}, c.served_speed
+        records.append({
+            "model": c.label, "task": c.task, "server": served.get("base_url"),
+            "served model": served.get("served_model"), "streamed": served.get("streamed"),
+            "tokens/s (run)": c.tokens_per_second,
+            "request tokens/s p50": _spread(speed, "request_tokens_per_second", "p50"),
+            "request latency p50 s": _spread(speed, "request_latency_s", "p50"),
+            "p90 s": _spread(speed, "request_latency_s", "p90"),
+            "first chunk p50 s": _spread(speed, "first_chunk_s", "p50"),
+            "chunks (mean)": _spread(speed, "chunks", "mean"),
+            "tokens/chunk (mean)": _spread(speed, "tokens_per_chunk", "mean"),
+            "gen tokens (mean)": c.gen_tokens_mean, "retries": speed.get("retries"),
+            "timed samples": c.timed_samples if not c.low_sample else f"{c.timed_samples} (few)",
+        })
     return pd.DataFrame(records)
 
 
@@ -193,9 +228,11 @@ def published_reference_frame() -> pd.DataFrame:
 
 # --- manifests --------------------------------------------------------------------------------------------------------
 
-MANIFEST_COLUMNS = ("model_ref", "fingerprint", "dtype", "decoding", "preset", "task_version", "lm_eval_task",
-                    "dataset", "data_source", "data_sha256", "prompt_sha256", "canvas_tokens", "seed", "limit",
-                    "n_planned")
+# ``decoder`` is its name and version; ``reused_stale`` marks samples an older decoder version stored that the run kept
+# (--reuse-stale), ``batch_size_settled`` the rows a decode that ran out of memory fell back to
+MANIFEST_COLUMNS = ("model_ref", "fingerprint", "dtype", "decoder", "decoding", "reused_stale", "preset",
+                    "task_version", "lm_eval_task", "dataset", "data_source", "data_sha256", "prompt_sha256",
+                    "canvas_tokens", "seed", "limit", "n_planned", "batch_size_settled")
 
 
 @dataclass(frozen=True)
@@ -232,6 +269,7 @@ def manifest_rows(data: ReportData) -> list[ManifestRow]:
         same_model = [o for o in same_task if o.model == c.model]
         differs = {f for f in TASK_FIELDS if len({canonical(o, f) for o in same_task}) > 1}
         differs |= {f for f in MODEL_FIELDS if len({canonical(o, f) for o in same_model}) > 1}
+        differs |= {"reused_stale"} if c.manifest.get("reused_stale") else set()  # marked like a difference
         rows.append(ManifestRow(c.label, c.task, {k: _manifest_text(c.manifest, k) for k in MANIFEST_COLUMNS},
                                 frozenset(differs)))
     return rows
@@ -267,6 +305,9 @@ def markdown_report(data: ReportData) -> str:
         parts += ["**Comparability warnings**", ""] + [f"- {w}" for w in data.warnings] + [""]
     parts += ["## Accuracy and throughput", "", markdown_table(paper_frame(data)), ""]
     parts += ["## Speed", "", markdown_table(speed_frame(data)), ""]
+    served = served_speed_frame(data)
+    if not served.empty:
+        parts += ["## Speed of models served over HTTP", "", SERVED_NOTE, "", markdown_table(served), ""]
     parts += ["## Diagnostics (rates in %)", "", markdown_table(diagnostics_frame(data)), ""]
     published = published_frame(data)
     parts += ["## Published figures beside measured (each row's source; not measured here)", "",
@@ -284,6 +325,7 @@ def write_tables(data: ReportData, folder: RunFolder) -> list[Path]:
         "table": paper_frame(data),
         "published": published_frame(data),
         "manifests": manifest_frame(data),
+        **({"served": served} if not (served := served_speed_frame(data)).empty else {}),
     }
     written = [folder.write_table(table, frame.to_csv(index=False)) for table, frame in frames.items()]
     written.append(folder.write_tables_markdown(markdown_report(data)))

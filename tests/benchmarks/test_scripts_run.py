@@ -48,12 +48,23 @@ RUNS = {
                                [r"^(PASS|FAIL) batch 1: native [\d.]+ tok/s .* ratio [\d.]+x \(target >= 1\.0\), tokens "
                                 r"identical$", r"^(PASS|FAIL) batch 8: native ", r"^native +32 refusion ",
                                 r"^native +32 ar-greedy "]),
-    "rows_in_flight": (["--prompts", "6", "--rows", "2", "--canvas", "32", "--rounds", "1"],
-                       [r"^ar +static +[\d.]+ ", r"^ar +continuous +[\d.]+ ",
-                        r"^(PASS|FAIL) ar: continuous / static tokens/s [\d.]+ \(target >= 1\.3\), tokens identical",
-                        r"^(PASS|FAIL) refusion: continuous / static tokens/s [\d.]+ .*tokens identical",
-                        r"^(PASS|FAIL) sdar: continuous / static tokens/s [\d.]+ .*tokens identical",
-                        r"^(PASS|FAIL) llada: continuous / static tokens/s [\d.]+ \(target >= 0\.95\), tokens identical"]),
+    "rows_in_flight": (["--rows", "1", "2", "--canvas", "32", "--rounds", "1"],
+                       [r"^ar +1 static +[\d.]+ ", r"^ar +2 continuous +[\d.]+ .* +[\d.]+%  [\d.]+x$",
+                        r"^ar +2 counted +\d+ calls  ops/call +[\d.]+ \([\d.]+x\)  reads/call [\d.]+  "
+                        r"copied/request +\d+ B \([\d.]+x\)$",
+                        r"^(PASS|FAIL) ar: continuous / static tokens/s [\d.]+ at 2 rows \(target >= 1\.0\), tokens "
+                        r"identical",
+                        *(rf"^(PASS|FAIL) {re.escape(name)}: continuous / static tokens/s [\d.]+ at 2 rows .*tokens "
+                          r"identical" for name in ("refusion", "sdar", "fastdllm-v2", "llada2", "llada2.1")),
+                        r"^(PASS|FAIL) llada: continuous / static tokens/s [\d.]+ at 2 rows \(target >= 0\.95\), "
+                        r"tokens identical",
+                        *(rf"^(PASS|FAIL) {re.escape(name)} counts at 2 rows against 1: ops per call [\d.]+x "
+                          r"\(target <= 2\.0x\), reads per call [\d.]+ \(target <= 2\.0\), bytes copied per request "
+                          r"[\d.]+x \(target <= 2\.0x\)$"
+                          for name in ("ar", "refusion", "sdar", "fastdllm-v2", "llada2", "llada2.1", "llada", "dream",
+                                       *(f"fastdllm-{kind}-{cache}" for kind in ("llada", "dream")
+                                         for cache in ("none", "prefix", "dual")))),
+                        r"^(PASS every target|\d+ target\(s\) missed)$"]),
     "step_ops": (["--batches", "1", "8", "--canvas", "32", "--decoders", "refusion", "llada", "sdar static"],
                  [r"^refusion +8 +\d+ +[\d.]+ +1\.00 +[\d.]+ +[\d.]+$", r"^sdar static +1 +\d+ ",
                   r"^PASS every target$"]),

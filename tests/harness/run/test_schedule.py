@@ -34,7 +34,8 @@ def by_doc(records: list[dict]) -> dict[str, list[int]]:
 
 
 @pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-llada", *(pytest.param(m, marks=pytest.mark.slow) for m in (
-    "tiny-refusion", "tiny-dream", "tiny-llada-fastdllm", "tiny-dream-fastdllm"))])
+    "tiny-refusion", "tiny-dream", "tiny-llada-fastdllm", "tiny-dream-fastdllm", "tiny-sdar", "tiny-fastdllm-v2",
+    "tiny-llada2"))])
 def test_rows_in_flight_equal_requests_alone_and_time_each_request(tmp_path, model):
     alone = run(tmp_path / "alone", "--models", model, "--gen-length", "32", "--batch-size", "1")
     assert "keeps no rows in flight" not in alone.stdout
