@@ -3,18 +3,16 @@ together, and a waiting prompt takes the row of the first to finish before the n
 (small state machines of its own) and one batched step over them; the driver admits, retires and reports.
 
 Rows count what they cost as they run: ``took_part`` charges each row of a batched call 1/n of it and one forward
-of its own (the forwards it would take alone). A canvas decoder (LLaDA, Dream, Fast-dLLM) writes its rows' tokens
-with ``commit_row``, which stamps each changed position with the row's forward count, and reports them with
-``canvas_result``.
+of its own (the forwards it would take alone). A decoder with a KV cache gives each row a slot of one buffer for its
+life (``KVBuffer.at``, ``SlotPool``); the canvas decoders keep their rows' tokens in pools by slot too
+(``canvas_pool``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Protocol, Sequence, TypeVar
+from typing import Callable, Iterator, Protocol, Sequence, TypeVar
 
-import torch
-
-from models.decoders.contract import DecodeResult, Step, committed, read_rows, write_tokens
+from models.decoders.contract import DecodeResult, Step
 
 
 class InFlight(Protocol):
@@ -26,15 +24,6 @@ class InFlight(Protocol):
     forwards: int
 
 
-class CanvasRow(InFlight, Protocol):
-    """A row that decodes a canvas: its sequence [1, prompt + canvas] and each position's commit step (the same
-    shape)."""
-
-    x: torch.Tensor
-    prompt_len: int
-    steps: torch.Tensor
-
-
 Row = TypeVar("Row", bound=InFlight)
 
 
@@ -43,32 +32,6 @@ def took_part(rows: Sequence[InFlight]) -> None:
     for row in rows:
         row.share += 1 / len(rows)
         row.forwards += 1
-
-
-def commit_row(row: CanvasRow, columns: slice, new: torch.Tensor) -> None:
-    """The row's ``x[:, columns] = new``, what changes stamped with the row's forward count (``write_tokens``)."""
-    write_tokens(row.x, row.steps, columns, new, row.forwards)
-
-
-def canvas_result(row: CanvasRow, eos_ids: Sequence[int]) -> DecodeResult:
-    """A finished canvas row: its canvas past the prompt, cut after the first end of sequence, read in one transfer."""
-    (ids,), (steps,) = read_rows(row.x[:, row.prompt_len:], row.steps[:, row.prompt_len:])
-    return DecodeResult(nfe=row.share, forwards=row.forwards, **committed(ids, steps, eos_ids))
-
-
-def joined(cache: Any | None, rows: Any) -> Any:
-    """The cache of the rows in flight with ``rows`` (a cache of rows just prefilled apart) appended after its own
-    (``KVBuffer.admit``); ``rows`` itself when nothing was in flight."""
-    if cache is None:
-        return rows
-    cache.admit(rows)
-    return cache
-
-
-def drop_finished(cache: Any, done: Sequence[bool]) -> None:
-    """Only the cache rows of the rows still in flight stay (``done`` per row, in the cache's order)."""
-    if any(done):
-        cache.select_rows([row for row, end in enumerate(done) if not end])
 
 
 def fly(count: int, max_rows: int, admit: Callable[[int], Row], advance: Callable[[list[Row]], list[bool]],

@@ -188,10 +188,6 @@ class KVBuffer:
         self.kv = self.kv.index_select(2, index)
         self.lengths = [self.lengths[r] for r in rows]
 
-    def admit(self, rows: "KVBuffer") -> None:  # TODO(lead): goes once every stream holds a slot pool
-        self.kv = torch.cat((self.kv, rows.kv), dim=2)
-        self.lengths = self.lengths + rows.lengths
-
     @contextmanager
     def at(self, slots: Sequence[int]) -> Iterator["KVBuffer"]:
         """The rows ``slots`` (in that order) as a buffer of their own over this one's memory, for a forward of

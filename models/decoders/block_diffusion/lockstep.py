@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import torch
 
 from models.decoders.block_diffusion.rules import (completes_to_eos, edit_changes, masks_after_static, peek_window,
-                                                   row_result, transfer_schedule)
+                                                   row_result, scheduled, transfer_schedule)
 from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, Editing, block_strategy
 from models.decoders.contract import DecodeOutput, require_filled, write_tokens
 from models.decoders.sampling import Draws, check_inputs
@@ -220,8 +220,8 @@ class _BlockDecode:
                 drawing = [row for row, row_left in enumerate(self.rows.masks_left) if row_left[window]]
                 alone = [bool(row_left[window]) for row_left in self.rows.masks_left]  # the others idle through it
                 updated, chosen, tokens = peek_window(cfg, strategy, self.forward(start, end, write=False, alone=alone),
-                                                      current, low - start, step, self.schedule, self.rows.draws,
-                                                      drawing)
+                                                      current, low - start, scheduled(step, self.schedule),
+                                                      self.rows.draws, drawing)
                 write_tokens(self.rows.canvas, self.rows.steps, slice(low, low + self.sub), updated, self.nfe)
                 stopped = None
                 if strategy.stop == "eos_filled":
@@ -262,7 +262,7 @@ class _BlockDecode:
         for step in range(cfg.block_length + editing.max_post_steps):
             current = rows.canvas[:, start:end]
             tokens, change = edit_changes(cfg, editing, self.forward(start, end, write=False, alone=alone), current,
-                                          editable, step, self.schedule)
+                                          editable, scheduled(step, self.schedule))
             filled = ~(current == cfg.mask_id).any(dim=1)
             post_steps += (filled & ~done).long()
             done |= filled & (post_steps > editing.max_post_steps)

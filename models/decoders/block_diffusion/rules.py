@@ -1,7 +1,8 @@
 """The rules of block diffusion, shared by the static batch (``lockstep``) and rows in flight (``stream``): logits to
 proposals, which masks a step commits, and the one-step updates of a window built from them, and a finished row's
 result, each given the config's numbers and its ``strategy``'s choices. Each works on [A, W] rows of one window, so one
-row or a batch call the same code."""
+row or a batch call the same code; the schedule's count a step commits is one int for the batch (rows in lockstep) or
+one per row (``RowWants``: rows in flight, each at its own step of its own block)."""
 
 from __future__ import annotations
 
@@ -75,28 +76,53 @@ def _top_count(confidence: torch.Tensor, k: int, counts: torch.Tensor) -> torch.
     return torch.zeros_like(confidence, dtype=torch.bool).scatter(1, order, rank_kept)
 
 
+def scheduled(step: int, schedule: Sequence[int]) -> int:
+    """The schedule's count of masks to commit at ``step`` of a block (its last count past its end)."""
+    return schedule[min(step, len(schedule) - 1)]
+
+
+@dataclass(frozen=True)
+class RowWants:
+    """The schedule's count for each row when rows stand at different steps: ``counts`` [A] on the device, and its
+    distinct ``values`` known on the host (a top-k takes its k from the host, one call per distinct count: at most
+    two, since a schedule's counts differ by at most one)."""
+
+    counts: torch.Tensor  # [A] long
+    values: tuple[int, ...]
+
+
 @dataclass(frozen=True)
 class Window:
     """What a commit rule sees of a window: the proposals, which positions are masks, their confidences (-inf off
-    the masks), how many each row holds, and the schedule's count for this step."""
+    the masks), how many each row holds, and the schedule's count for this step (one for every row, or ``RowWants``'
+    [A, 1] counts with their distinct values)."""
 
     proposal: Proposal
     masked: torch.Tensor  # [A, W] bool
     confidence: torch.Tensor  # [A, W]
     n_masked: torch.Tensor  # [A]
-    want: int
+    want: int | torch.Tensor  # an int, or [A, 1] long
+    values: tuple[int, ...]  # the distinct counts among the rows
 
 
 def _static(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
-    """The schedule's count of the most confident masks."""
-    return _top_count(w.confidence, w.want, w.n_masked.clamp(max=w.want))
+    """The schedule's count of the most confident masks. Rows wanting different counts each take the top-k of
+    their own k (``torch.topk`` called with that k, as alone, so ties fall the same way)."""
+    if isinstance(w.want, int):
+        return _top_count(w.confidence, w.want, w.n_masked.clamp(max=w.want))
+    counts = torch.minimum(w.n_masked, w.want[:, 0])
+    chosen = None
+    for k in w.values:
+        top = _top_count(w.confidence, k, counts)
+        chosen = top if chosen is None else torch.where(w.want == k, top, chosen)
+    return chosen
 
 
 def _dynamic(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
     """Every mask above the threshold when they reach the schedule's count, else the static rule."""
     confident = w.confidence > cfg.confidence_threshold
-    enough = confident.sum(dim=1) >= w.want
-    return torch.where(enough[:, None], confident, _static(cfg, w))
+    enough = confident.sum(dim=1, keepdim=True) >= w.want
+    return torch.where(enough, confident, _static(cfg, w))
 
 
 def _sequential(cfg: BlockDiffusionConfig, w: Window) -> torch.Tensor:
@@ -128,58 +154,70 @@ COMMIT_RULES: dict[str, Callable[[BlockDiffusionConfig, Window], torch.Tensor]] 
     "entropy_bounded": _entropy_bounded, "threshold_plus_best": _threshold_plus_best}  # one per REMASKING
 
 
-def commit_rule(cfg: BlockDiffusionConfig, proposal: Proposal, masked: torch.Tensor, step: int,
-                schedule: Sequence[int]) -> torch.Tensor:
-    """[A, W] bool of the masks that take their proposed token, by ``cfg.remasking``'s rule. Never more than a
-    row's masks: the published SDAR rules take a top-k over every position, which, once fewer masks remain than the
-    step's count, overwrites committed (or prompt) tokens; here the count is capped at the masks left
-    (docs/decoders.md)."""
+def commit_rule(cfg: BlockDiffusionConfig, proposal: Proposal, masked: torch.Tensor,
+                want: int | RowWants) -> torch.Tensor:
+    """[A, W] bool of the masks that take their proposed token, by ``cfg.remasking``'s rule, ``want`` the
+    schedule's count this step (``scheduled``), for every row or per row. Never more than a row's masks: the
+    published SDAR rules take a top-k over every position, which, once fewer masks remain than the step's count,
+    overwrites committed (or prompt) tokens; here the count is capped at the masks left (docs/decoders.md)."""
+    count, values = (want, (want,)) if isinstance(want, int) else (want.counts[:, None], want.values)
     window = Window(proposal, masked, torch.where(masked, proposal.confidence, -torch.inf), masked.sum(dim=1),
-                    schedule[min(step, len(schedule) - 1)])
+                    count, values)
     return COMMIT_RULES[cfg.remasking](cfg, window)
 
 
 def masks_after_static(left: int, step: int, schedule: Sequence[int]) -> int:
     """A window's masks after a step of the static rule, known on the host without a read: a row commits exactly
     min(its masks, the step's count) (``commit_rule`` caps the count, ``never_the_mask`` never commits the mask)."""
-    return max(left - schedule[min(step, len(schedule) - 1)], 0)
+    return max(left - scheduled(step, schedule), 0)
 
 
 # ---- one step of a window, for one row or many ------------------------------------------------------------------
 def peek_window(cfg: BlockDiffusionConfig, strategy: BlockStrategy, block_logits: torch.Tensor,
-                current: torch.Tensor, offset: int, step: int, schedule: Sequence[int], draws: Draws,
+                current: torch.Tensor, offset: int, want: int | RowWants, draws: Draws,
                 drawing: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A peek's commits in one window: ``block_logits`` [A, block] are the peek's over the block, ``current`` [A, W]
     the window's tokens from column ``offset`` of the block. Returns the updated window, which masks took their
     proposal, and the proposals."""
     if strategy.scoring == "shifted":  # the first column keeps its own: its token came from the forward before
         block_logits = torch.cat([block_logits[:, :1], block_logits[:, :-1]], dim=1)
-    proposal = propose(block_logits[:, offset:offset + current.shape[1]], cfg, draws, drawing)
-    chosen = commit_rule(cfg, proposal, current == cfg.mask_id, step, schedule)
+    return commit_window(cfg, block_logits[:, offset:offset + current.shape[1]], current, want, draws, drawing)
+
+
+def commit_window(cfg: BlockDiffusionConfig, window_logits: torch.Tensor, current: torch.Tensor,
+                  want: int | RowWants, draws: Draws,
+                  drawing: Sequence[int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``peek_window`` given each window position's own logits [A, W, vocab] (already shifted where the scoring
+    shifts): the updated window, which masks took their proposal, and the proposals."""
+    proposal = propose(window_logits, cfg, draws, drawing)
+    chosen = commit_rule(cfg, proposal, current == cfg.mask_id, want)
     tokens = never_the_mask(proposal, cfg.mask_id)
     return torch.where(chosen, tokens, current), chosen, tokens
 
 
 def edit_changes(cfg: BlockDiffusionConfig, editing: Editing, block_logits: torch.Tensor, current: torch.Tensor,
-                 editable: torch.Tensor, step: int, schedule: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+                 editable: torch.Tensor, want: int | RowWants) -> tuple[torch.Tensor, torch.Tensor]:
     """LLaDA2.1's step over a block [A, block] (greedy): the proposals, and where they go — the masks
     ``commit_rule`` fills and every ``editable`` token whose proposal differs with confidence above
     ``editing.threshold``."""
     masked = current == cfg.mask_id
     proposal = propose(block_logits, cfg, Draws(None, None), None)
     tokens = never_the_mask(proposal, cfg.mask_id)
-    fill = commit_rule(cfg, proposal, masked, step, schedule)
+    fill = commit_rule(cfg, proposal, masked, want)
     edit = (proposal.confidence > editing.threshold) & (current != tokens) & editable & ~masked
     return tokens, fill | edit
 
 
 def completes_to_eos(canvas: torch.Tensor, prompt_lengths: torch.Tensor, eos: torch.Tensor, mask_id: int,
-                     committed_eos: torch.Tensor) -> torch.Tensor:
+                     committed_eos: torch.Tensor, ends: torch.Tensor | None = None) -> torch.Tensor:
     """[A] bool: rows of ``canvas`` [A, end] that committed an end of sequence this step (``committed_eos`` [A, W])
-    and hold no mask between their prompt and their first end of sequence (LLaDA2's ``eos_early_stop``)."""
+    and hold no mask between their prompt and their first end of sequence (LLaDA2's ``eos_early_stop``). ``ends``
+    [A] (rows in flight, each at its own block): row a's canvas is its first ``ends[a]`` columns."""
     end = canvas.shape[1]
     columns = torch.arange(end, device=canvas.device)[None]
     generated = columns >= prompt_lengths[:, None]
+    if ends is not None:
+        generated = generated & (columns < ends[:, None])
     first = torch.where(torch.isin(canvas, eos) & generated, columns, end).min(dim=1, keepdim=True)
     open_before = (canvas == mask_id) & generated & (columns < first.values)
     return committed_eos.any(dim=1) & ~open_before.any(dim=1)

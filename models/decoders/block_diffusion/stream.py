@@ -1,194 +1,50 @@
-"""Block diffusion with rows in flight: each prompt decodes as a program of its own, and one batched forward a round
-runs every row.
+"""Block diffusion with rows in flight: one round is batched tensor work over a slot pool, every row advanced by one
+forward, each row's tokens, forwards and commit steps those of its prompt decoded alone.
 
-A row's program (``row_decode``) is the decode of that prompt alone, written as the forwards it asks for: it yields
-a ``Call`` (the columns it feeds, how many of them to write) and receives their logits. ``flight.fly`` keeps at most
-``max_rows`` programs in flight; each round (``_Round``) feeds every pending call in one
-``block_forward`` — rows at different blocks, peeking or committing, each at its own positions, right-padded to the
-widest call (the pads lie in a later block, so no real entry sees them) with a write count per row — and sends each
-program its logits. A prompt that takes a free row makes its first call (its prompt's whole blocks, or its first
-peek) in a forward of its own, whose cache rows then join the others (``KVBuffer.admit``): its prefill does not widen
-the running rows' forward. A row leaves the cache when its program returns.
+A stream allocates its state once: a KV cache of ``min(max_rows, prompts)`` rows (slots) and a pool of the same
+slots holding each row's canvas, commit steps and re-takes (``flight_state.Pool``). A joining row takes the lowest
+free slot, and its prefill (its prompt's whole blocks) or first peek runs in a forward of its own beside the running
+rows' one, into its own slots, so a prefill does not widen the running rows' forward; a finished row gives its slot
+back. No op outside a forward copies the cache: a forward reads its rows' slots as a view where they are
+consecutive (the running rows' forward takes a few missing slots along idle, ``_consecutive``), else by index
+inside the forward (``KVBuffer.at``).
 
-Each row's program makes the calls, draws and commits the static batch makes for that prompt alone (``lockstep``,
-the same rules from ``rules``, the same ``BlockStrategy``), so its tokens and forwards are the prompt's alone. With
-fused cache writes (``fused_commit``) a block's first peek also writes the block before it (twice the width), and
-the other rows of that forward are padded to it.
+Each row's control state (phase, block, window, step of its schedule, masks left, cache columns written) is plain
+ints on the host (``flight_rows``), and a round is planned on the host (``flight_plan``). A round:
+
+1. sends the host ints it needs in one transfer (``Packed``) and feeds each forward's rows, whatever block and phase
+   each is at — peeks, commit forwards, fused first peeks twice as wide (``fused_commit``) — gathered from the pool
+   at their own positions, padded to the widest call, with a write count per row;
+2. applies the proposal and the commit rule (or LLaDA2.1's editing step) once per forward to every peeking row's
+   window ([rows, window, vocab], a view of the logits where the windows line up, else gathered with Fast-dLLM v2's
+   shift in the index), each row at its own step of its schedule (``RowWants``), and scatters the windows back with
+   their commit steps, each row's forward count; a prefill's or commit's last logit gives the next block's first
+   token (Fast-dLLM v2), for all such rows at once;
+3. reads back, in one transfer and only when some row's next call depends on it, each row's answer (``Answer``: masks
+   left, end of sequence completed or held by its block, editing done, first token); the host then moves each row.
+
+The finished rows' tokens and commit steps are read in one transfer. A round thus costs the same handful of ops at
+any number of rows and at most two host reads. Sampling with per-row seeds (``row_seeds``) draws one
+``multinomial`` per peeking row from its own generator, as alone (torch has no batched generators); without them the
+rows share the config's seed and one draw.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Generator, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
-from models.decoders.block_diffusion.rules import (completes_to_eos, edit_changes, masks_after_static, peek_window,
-                                                   row_result, transfer_schedule)
-from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, BlockStrategy, block_strategy
-from models.decoders.contract import DecodeResult, Step, require_filled, write_tokens
-from models.decoders.flight import drop_finished, fly, joined, took_part
+from models.decoders.block_diffusion.flight_plan import ForwardPlan, RoundPlan
+from models.decoders.block_diffusion.flight_rows import Answer, FlightRow, Walk, canvas_width
+from models.decoders.block_diffusion.flight_state import EDITS, STEPS, TOKENS, Pool, Sent
+from models.decoders.block_diffusion.rules import (RowWants, commit_window, completes_to_eos, edit_changes,
+                                                   row_result)
+from models.decoders.block_diffusion.strategy import BlockDiffusionConfig, block_strategy
+from models.decoders.contract import DecodeResult, Step, require_filled
+from models.decoders.flight import fly, took_part
 from models.decoders.sampling import Draws, make_generator, row_generators
-
-
-@dataclass(frozen=True)
-class Call:
-    """One row's part of a forward: its canvas columns ``low ..`` (``ids``), the first ``keep`` of them written."""
-
-    ids: torch.Tensor  # [W] on the device
-    low: int
-    keep: int
-
-
-RowProgram = Generator[Call, torch.Tensor, "Canvas"]  # sends the call's logits [W, vocab]; returns the row's canvas
-
-
-@dataclass(frozen=True)
-class Canvas:
-    """A finished row past its prompt: per column its token, its commit step (the program's forward that last
-    changed it) and how often a token editing step re-took it."""
-
-    ids: list[int]
-    steps: list[int]
-    edits: list[int]
-
-
-def canvas_width(prompt_length: int, cfg: BlockDiffusionConfig) -> int:
-    """Columns of a row's canvas: every block up to the one holding its last generated token."""
-    return ((prompt_length + cfg.gen_length - 1) // cfg.block_length + 1) * cfg.block_length
-
-
-def row_decode(prompt: torch.Tensor, cfg: BlockDiffusionConfig, strategy: BlockStrategy, draws: Draws) -> RowProgram:
-    """The decode of one prompt (1-D ids), as the calls it makes: prefill its whole blocks (unless the cache writes
-    are fused), then per block peek and commit until no mask is left, window by window, and write the block; it stops
-    after a block holding an end of sequence, or (``eos_filled``) as soon as everything up to one is filled. Returns
-    the canvas past the prompt, each column's commit step in the program's count of forwards (``write_tokens``)."""
-    size, sub, n = cfg.block_length, strategy.window, int(prompt.shape[0])
-    fused = strategy.cache_write == "fused"
-    device, schedule = prompt.device, transfer_schedule(cfg.block_length, cfg.denoising_steps)
-    eos, lengths = torch.tensor(cfg.eos_ids, device=device), torch.tensor([n], device=device)
-    width = canvas_width(n, cfg)
-    canvas = torch.full((1, width), cfg.mask_id, dtype=torch.long, device=device)
-    canvas[0, :n] = prompt
-    steps, edited = torch.zeros_like(canvas), torch.zeros_like(canvas)
-    masks_left = (canvas == cfg.mask_id).view(width // sub, sub).sum(dim=-1).tolist()
-    forwards = 0
-
-    def ask(call: Call) -> Generator[Call, torch.Tensor, torch.Tensor]:
-        """One forward of ``call``, counted; its logits."""
-        nonlocal forwards
-        logits = yield call
-        forwards += 1
-        return logits
-
-    def first_token(logits: torch.Tensor, column: int) -> None:
-        """The next block's first token from the call's last logit, where the prompt ends at ``column``."""
-        if strategy.scoring == "shifted" and column < width and n <= column:
-            write_tokens(canvas, steps, slice(column, column + 1), logits[-1].argmax().view(1, 1), forwards)
-            masks_left[column // sub] = int((canvas[0, column:column + sub] == cfg.mask_id).sum())
-
-    def tokens() -> Canvas:
-        return Canvas(*torch.stack([canvas, steps, edited])[:, 0, n:n + cfg.gen_length].tolist())
-
-    prefill = n // size * size  # the prompt's whole blocks
-    if prefill and not fused:
-        first_token((yield from ask(Call(canvas[0, :prefill], 0, prefill))), prefill)
-    written = 0  # fused: the columns whose K/V the cache holds (the next peek writes the rest)
-    for block in range(n // size, width // size):
-        start, end = block * size, (block + 1) * size
-
-        def peek() -> Generator[Call, torch.Tensor, torch.Tensor]:
-            """One peek of the block (fused: also writing what is not written yet); its logits."""
-            nonlocal written
-            low = written if fused else start
-            logits = yield from ask(Call(canvas[0, low:end], low, start - low))
-            written = start
-            return logits[start - low:][None]
-
-        if (editing := strategy.editing) is not None:
-            editable, post_steps = (torch.arange(start, end, device=device) >= n)[None], 0
-            for step in range(size + editing.max_post_steps):
-                current = canvas[:, start:end]
-                new, change = edit_changes(cfg, editing, (yield from peek()), current, editable, step, schedule)
-                post_steps += not bool((current == cfg.mask_id).any())
-                if post_steps > editing.max_post_steps or not bool(change.any()):
-                    break
-                edited[:, start:end] += change & (current != cfg.mask_id)
-                write_tokens(canvas, steps, slice(start, end), torch.where(change, new, current), forwards)
-        else:
-            step = 0
-            for low in range(start, end, sub):
-                while masks_left[low // sub]:
-                    updated, chosen, proposed = peek_window(cfg, strategy, (yield from peek()),
-                                                            canvas[:, low:low + sub], low - start, step, schedule,
-                                                            draws, (0,))
-                    write_tokens(canvas, steps, slice(low, low + sub), updated, forwards)
-                    if strategy.stop == "eos_filled" and bool(completes_to_eos(
-                            canvas[:, :end], lengths, eos, cfg.mask_id, chosen & torch.isin(proposed, eos))):
-                        return tokens()
-                    masks_left[low // sub] = masks_after_static(masks_left[low // sub], step, schedule) \
-                        if strategy.masks_known else int((updated == cfg.mask_id).sum())
-                    step += 1
-        holds_eos = bool(torch.isin(canvas[0, max(start, n):end], eos).any())
-        if strategy.commit_forward(every_row_stopped=holds_eos):
-            first_token((yield from ask(Call(canvas[0, start:end], start, size))), end)
-        if holds_eos:
-            break
-    return tokens()
-
-
-@dataclass
-class _Flight:
-    """A row in flight: its prompt's index, its program and the call it waits on; what it spent."""
-
-    index: int
-    program: RowProgram
-    call: Call
-    share: float = 0.0
-    forwards: int = 0
-    canvas: Canvas | None = field(default=None)
-
-
-def _forward(network: Any, cache: Any, flights: list[_Flight], block_length: int, pad_id: int) -> None:
-    """One forward of every flight's call, each program sent its logits (a program that returns is done)."""
-    width = max(f.call.ids.shape[0] for f in flights)
-    ids = torch.stack([torch.nn.functional.pad(f.call.ids, (0, width - f.call.ids.shape[0]), value=pad_id)
-                       for f in flights])
-    lows = [f.call.low for f in flights]
-    if lows != cache.lengths:
-        raise RuntimeError(f"rows feed columns {lows} but their caches hold {cache.lengths} entries")
-    positions: torch.Tensor | range = range(lows[0], lows[0] + width) if len(set(lows)) == 1 else \
-        torch.tensor(lows, device=ids.device)[:, None] + torch.arange(width, device=ids.device)
-    keeps = [f.call.keep for f in flights]
-    logits = network.block_forward(ids, positions, cache, block_length, keeps[0] if len(set(keeps)) == 1 else keeps)
-    took_part(flights)
-    for row, flight in enumerate(flights):
-        try:
-            flight.call = flight.program.send(logits[row, :flight.call.ids.shape[0]])
-        except StopIteration as stop:
-            flight.canvas = stop.value
-
-
-class _Round:
-    """The rows in flight's cache (in the rows' order) and one round over them: the running rows in one forward,
-    the rows just admitted in a forward of their own, so a prefill does not widen the running rows' forward; their
-    cache rows then join, and finished rows leave."""
-
-    def __init__(self, network: Any, cfg: BlockDiffusionConfig, capacity: int) -> None:
-        self.network, self.cfg, self.capacity, self.cache = network, cfg, capacity, None
-
-    def __call__(self, flights: list[_Flight]) -> list[bool]:
-        running = [f for f in flights if f.forwards]
-        joining = flights[len(running):]
-        if running:
-            _forward(self.network, self.cache, running, self.cfg.block_length, self.cfg.mask_id)
-        if joining:
-            rows = self.network.new_cache(len(joining), self.capacity)
-            _forward(self.network, rows, joining, self.cfg.block_length, self.cfg.mask_id)
-            self.cache = joined(self.cache, rows)
-        done = [f.canvas is not None for f in flights]
-        drop_finished(self.cache, done)
-        return done
+from models.networks.kv_buffer import SlotPool
 
 
 @torch.no_grad()
@@ -203,20 +59,202 @@ def block_diffusion_stream(network: Any, prompts: Sequence[torch.Tensor], cfg: B
         return
     if min(int(p.shape[0]) for p in prompts) == 0:
         raise ValueError("block diffusion: every prompt needs at least one token")
-    device = prompts[0].device
-    generators = row_generators(row_seeds, len(prompts), device) if cfg.temperature > 0 else None
-    shared = Draws(make_generator(cfg.seed, device), None)
-
-    def admit(i: int) -> _Flight:
-        program = row_decode(prompts[i], cfg, strategy,
-                             shared if generators is None else Draws(None, (generators[i],)))
-        return _Flight(i, program, next(program))
-
-    capacity = max(canvas_width(int(p.shape[0]), cfg) for p in prompts) + cfg.block_length
-    yield from fly(len(prompts), max_rows, admit, _Round(network, cfg, capacity),
-                   lambda f: _result(f, cfg, strategy))
+    flight = _Flight(network, Walk(cfg, strategy), prompts, row_seeds, max(1, min(max_rows, len(prompts))))
+    yield from fly(len(prompts), max_rows, flight.admit, flight.round, flight.results)
 
 
-def _result(flight: _Flight, cfg: BlockDiffusionConfig, strategy: BlockStrategy) -> DecodeResult:
-    return row_result(flight.canvas.ids, flight.canvas.steps, flight.canvas.edits, cfg, strategy, flight.share,
-                      flight.forwards)
+class _Flight:
+    """A stream's state (the KV cache's slots, the pool, the free slots) and its three calls for ``fly``."""
+
+    def __init__(self, network: Any, walk: Walk, prompts: Sequence[torch.Tensor], row_seeds: Sequence[int] | None,
+                 slots: int) -> None:
+        cfg = walk.cfg
+        self.network, self.walk, self.cfg, self.prompts = network, walk, cfg, prompts
+        self.device = prompts[0].device
+        capacity = max(canvas_width(int(p.shape[0]), cfg) for p in prompts) + cfg.block_length
+        self.cache = network.new_cache(slots, capacity)
+        self.pool, self.free = Pool(slots, capacity, cfg.mask_id, self.device), SlotPool(slots)
+        self.eos = torch.tensor(cfg.eos_ids, device=self.device)
+        self.generators = row_generators(row_seeds, len(prompts), self.device) if cfg.temperature > 0 else None
+        self.shared = make_generator(cfg.seed, self.device)
+
+    def admit(self, index: int) -> FlightRow:
+        slot = self.free.take()
+        self.cache.truncate(slot, 0)
+        return self.walk.start(index, slot, int(self.prompts[index].shape[0]))
+
+    def results(self, rows: list[FlightRow]) -> list[DecodeResult]:
+        """The finished rows' results, read in one transfer; their slots freed."""
+        tokens, steps, edits = self.pool.finished([r.slot for r in rows], [r.prompt_length for r in rows],
+                                                  self.cfg.gen_length)
+        for row in rows:
+            self.cache.truncate(row.slot, 0)  # an idle slot until it is taken again (``_consecutive``)
+            self.free.give(row.slot)
+        return [row_result(ids, at, re_takes, self.cfg, self.walk.strategy, row.share, row.forwards)
+                for row, ids, at, re_takes in zip(rows, tokens, steps, edits)]
+
+    def round(self, rows: list[FlightRow]) -> list[bool]:
+        """One forward of the running rows and one of the joining rows, the rules applied to all of them at once,
+        at most one read; which rows are done."""
+        joining = sorted((r for r in rows if not r.forwards), key=lambda r: r.slot)
+        running = sorted((r for r in rows if r.forwards), key=lambda r: r.slot)
+        for group in (running, joining):
+            if group:
+                took_part(group)
+        forwards = [_consecutive(running), [(r.slot, r) for r in joining]]
+        plan = RoundPlan(self.walk, [f for f in forwards if f], joining)
+        sent = plan.packed.send(self.device)
+        if joining:
+            self.pool.admit(sent["jslot"], [self.prompts[r.index] for r in joining], sent["prow"], sent["pcol"])
+        logits = [self.forward(g, f, sent) for g, f in enumerate(plan.forwards)]
+        for row, answer in self.update(plan, logits, sent):
+            self.walk.advance(row, answer)
+        return [row.phase == "done" for row in rows]
+
+    def forward(self, g: int, plan: ForwardPlan, sent: Sent) -> torch.Tensor:
+        """One forward of ``plan``'s calls, each row at its own positions, padded (``flight_plan``); its logits."""
+        calls, width = plan.calls, plan.width
+        offsets = self.pool.columns[:width]
+        if plan.rotated:  # a left-padded row's pads come first, at the positions after its call's columns
+            offsets = (offsets + sent[f"shift{g}"][:, None]) % width
+        columns = sent[f"low{g}"][:, None] + offsets
+        ids = self.pool.tokens[sent[f"slot{g}"][:, None], columns]
+        lows, keeps = [c.low for c in calls], [c.keep for c in calls]
+        positions = range(lows[0], lows[0] + width) if len(set(lows)) == 1 and not plan.rotated else columns
+        with self.cache.at([slot for slot, _ in plan.entries]) as part:
+            if part.lengths != lows:
+                raise RuntimeError(f"rows feed columns {lows} but their caches hold {part.lengths} entries")
+            return self.network.block_forward(ids, positions, part, self.cfg.block_length,
+                                              keeps[0] if len(set(keeps)) == 1 else keeps)
+
+    def update(self, plan: RoundPlan, logits: list[torch.Tensor], sent: Sent) -> list[tuple[FlightRow, Answer]]:
+        """The rules over every forward's peeking rows, the first tokens, and the answers each row's next call
+        needs (one read, where the round reads)."""
+        strategy, read = self.walk.strategy, []
+        for g, forward in enumerate(plan.forwards):
+            if forward.rule is not None:
+                found = self.peek(g, forward, logits[g], sent, plan.reads)
+                if found is not None:
+                    read.append(found.flatten())
+        first = [row for forward in plan.forwards for row in forward.first]
+        if first:
+            read.append(self.first_tokens(plan, logits, sent))
+        got = (read[0] if len(read) == 1 else torch.cat(read)).tolist() if plan.reads else []
+        editing = strategy.editing is not None
+        width = 3 if editing or strategy.stop == "eos_filled" else 2  # the columns of ``peek``'s answer
+        answers, at = [], 0
+        for forward in plan.forwards:
+            rule = forward.rule
+            if rule is None:
+                continue
+            for i, row in rule.peeks:
+                if not plan.reads:
+                    answers.append((row, self.walk.known_answer(row)))
+                    continue
+                head, *middle, holds = got[at + width * i:at + width * (i + 1)]
+                middle = bool(middle and middle[0])
+                answers.append((row, Answer(stopped=bool(head), filled=middle, holds_eos=bool(holds)) if editing
+                                else Answer(left=head, stopped=middle, holds_eos=bool(holds))))
+            at += width * rule.size if plan.reads else 0
+        answers += [(row, Answer(token=token)) for row, token in zip(first, got[at:])]
+        told = {id(row) for row, _ in answers}
+        answers += [(row, Answer()) for forward in plan.forwards for _, row in forward.entries
+                    if row is not None and id(row) not in told]
+        return answers
+
+    def window_logits(self, g: int, plan: ForwardPlan, logits: torch.Tensor, sent: Sent) -> torch.Tensor:
+        """[rule set rows, window, vocab]: a view of the forward's logits where the windows line up, else each
+        peeking row's window gathered."""
+        width, start = self.walk.sub, plan.rule.window
+        if start is not None:
+            return logits[:, start:start + width]
+        offsets = sent[f"rb{g}"][:, None] + self.pool.columns[:width]
+        if self.walk.shifted:
+            offsets = offsets.clamp(min=0)
+        return logits[sent[f"rpos{g}"][:, None], sent[f"ra{g}"][:, None] + offsets]
+
+    def peek(self, g: int, plan: ForwardPlan, logits: torch.Tensor, sent: Sent, reads: bool) -> torch.Tensor | None:
+        """The commit rule (or editing step) over forward ``g``'s rule set at once, written back; where the round
+        reads, [rows, 2 or 3]: masks left (editing: the block done), end of sequence completed (``eos_filled``;
+        editing: no mask before the step), block holds an end of sequence."""
+        cfg, rule = self.cfg, plan.rule
+        window_logits = self.window_logits(g, plan, logits, sent)
+        index = self.pool.window(sent[f"rslot{g}"], sent[f"rlow{g}"], self.walk.sub)
+        before = self.pool.state[:, index[0], index[1]]  # [3, rows, window]
+        current, peeking = before[TOKENS], None if rule.window is None else (sent[f"ris{g}"] > 0)[:, None]
+        want = rule.wants[0] if len(rule.wants) == 1 else RowWants(sent[f"rwant{g}"], rule.wants)
+        if self.walk.strategy.editing is not None:
+            return self.edit(g, window_logits, before, index, want, peeking, sent)
+        if cfg.temperature == 0:
+            draws, drawing = Draws(None, None), None
+        elif self.generators is None:
+            draws, drawing = Draws(self.shared, None), None
+        else:
+            rows = dict(rule.peeks)
+            draws = Draws(None, tuple(self.generators[rows[i].index] if i in rows else None
+                                      for i in range(rule.size)))
+            drawing = [i for i, _ in rule.peeks]
+        updated, chosen, proposed = commit_window(cfg, window_logits, current, want, draws, drawing)
+        if peeking is not None:  # the rows that do not peek keep their columns
+            updated, chosen = torch.where(peeking, updated, current), chosen & peeking
+        stamped = torch.where(updated != current, sent[f"rstamp{g}"][:, None], before[STEPS])
+        self.pool.state[:EDITS, index[0], index[1]] = torch.stack([updated, stamped])
+        if not reads:
+            return None
+        found = [(updated == cfg.mask_id).sum(dim=1)]
+        if self.walk.strategy.stop == "eos_filled":
+            canvas = self.pool.tokens.index_select(0, sent[f"rslot{g}"])
+            found.append(completes_to_eos(canvas, sent[f"rn{g}"], self.eos, cfg.mask_id,
+                                          chosen & torch.isin(proposed, self.eos), sent[f"rend{g}"]))
+        return torch.stack([*found, self.holds_eos(g, updated, index, sent)], dim=1).long()
+
+    def edit(self, g: int, block_logits: torch.Tensor, before: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor],
+             want: int | RowWants, peeking: torch.Tensor | None, sent: Sent) -> torch.Tensor:
+        """LLaDA2.1's editing step over forward ``g``'s rule set at once (``lockstep``'s ``edit_block`` per row): a
+        row's block is done when the step changes nothing or its steps without a mask pass ``max_post_steps`` (that
+        step then writes nothing)."""
+        cfg, editing = self.cfg, self.walk.strategy.editing
+        current = before[TOKENS]
+        masked = current == cfg.mask_id
+        tokens, change = edit_changes(cfg, editing, block_logits, current, index[1] >= sent[f"rn{g}"][:, None], want)
+        filled = ~masked.any(dim=1)
+        done = (sent[f"rpost{g}"] + filled > editing.max_post_steps) | ~change.any(dim=1)
+        change = change & ~done[:, None] if peeking is None else change & ~done[:, None] & peeking
+        updated = torch.where(change, tokens, current)
+        stamped = torch.where(updated != current, sent[f"rstamp{g}"][:, None], before[STEPS])
+        self.pool.state[:, index[0], index[1]] = torch.stack([updated, stamped, before[EDITS] + (change & ~masked)])
+        return torch.stack([done, filled, self.holds_eos(g, updated, index, sent)], dim=1).long()
+
+    def holds_eos(self, g: int, window: torch.Tensor, index: tuple[torch.Tensor, torch.Tensor],
+                  sent: Sent) -> torch.Tensor:
+        """[rows] bool: whether each row's block holds an end of sequence in its generated columns; from the
+        ``window`` just written where the window is the block, else from the pool."""
+        if self.walk.sub == self.walk.size:
+            return (torch.isin(window, self.eos) & (index[1] >= sent[f"rfrom{g}"][:, None])).any(dim=1)
+        columns = sent[f"rend{g}"][:, None] - self.walk.size + self.pool.columns[:self.walk.size]
+        block = self.pool.tokens[index[0], columns]
+        return (torch.isin(block, self.eos) & (columns >= sent[f"rfrom{g}"][:, None])).any(dim=1)
+
+    def first_tokens(self, plan: RoundPlan, logits: list[torch.Tensor], sent: Sent) -> torch.Tensor:
+        """The next block's first token, the argmax of each prefill's or commit's last logit (Fast-dLLM v2), written
+        with its commit step (the column held a mask and no step before); the tokens."""
+        last = [group_logits[sent[f"fpos{g}"], sent[f"flast{g}"]]
+                for g, (forward, group_logits) in enumerate(zip(plan.forwards, logits)) if forward.first]
+        tokens = (last[0] if len(last) == 1 else torch.cat(last)).argmax(dim=-1)
+        stamped = torch.where(tokens != self.cfg.mask_id, sent["fstamp"], 0)
+        self.pool.state[:EDITS, sent["fslot"], sent["fcol"]] = torch.stack([tokens, stamped])
+        return tokens
+
+
+def _consecutive(rows: list[FlightRow]) -> list[tuple[int, FlightRow | None]]:
+    """The running rows' forward, in slot order, as one run of consecutive slots where few are missing (the slots
+    of the rows joining this round, or freed): those take part idle (an empty cache fed one pad, nothing kept, no
+    result read), so the forward reads the cache as a view instead of gathering every layer's entries by slot
+    (``KVBuffer.at``). With more holes than a quarter of the rows, the rows alone."""
+    if not rows:
+        return []
+    by_slot = {r.slot: r for r in rows}
+    span = range(rows[0].slot, rows[-1].slot + 1)
+    if len(span) - len(rows) > len(rows) // 4:
+        return [(r.slot, r) for r in rows]
+    return [(slot, by_slot.get(slot)) for slot in span]

@@ -13,7 +13,7 @@ from block_stubs import RecomputeNetwork, native_logits, table_logits
 from models.decoders.block_diffusion import (BlockDiffusionConfig, BlockStrategy, block_diffusion_generate,
                                              block_diffusion_stream, block_strategy, commit_rule, propose,
                                              transfer_schedule, validate_block_diffusion_config)
-from models.decoders.block_diffusion.rules import COMMIT_RULES
+from models.decoders.block_diffusion.rules import COMMIT_RULES, Proposal, RowWants
 from models.decoders.block_diffusion.strategy import REMASKING, Editing
 from models.decoders.contract import ConfigError
 from models.decoders.sampling import Draws
@@ -127,10 +127,10 @@ def test_entropy_bounded_takes_the_lowest_entropy_masks_up_to_the_bound():
     proposal = propose(table[None], dataclasses.replace(SDAR, temperature=0), Draws(None, None), None)
     masked = torch.ones(1, 4, dtype=torch.bool)
     chosen = commit_rule(dataclasses.replace(SDAR, remasking="entropy_bounded", eb_threshold=0.5), proposal,
-                         masked, 0, [1, 1, 1, 1])
+                         masked, 1)
     assert chosen.tolist() == [[True, False, True, False]]
     flat = commit_rule(dataclasses.replace(SDAR, remasking="entropy_bounded", eb_threshold=1e-9), proposal,
-                       masked & torch.tensor([[False, True, False, True]]), 0, [1, 1, 1, 1])
+                       masked & torch.tensor([[False, True, False, True]]), 1)
     assert flat.sum() == 1  # at least one, even when none fits under the bound
 
 
@@ -142,11 +142,11 @@ def test_threshold_plus_best_and_sequential():
         logits[0, i, V - 1] = torch.log(1 - c.exp()) if c.exp() < 1 else -30.0
     proposal = propose(logits, SDAR, Draws(None, None), None)
     masked = torch.tensor([[True, True, True, False]])
-    v2 = commit_rule(dataclasses.replace(V2, confidence_threshold=0.9), proposal, masked, 0, [1])
+    v2 = commit_rule(dataclasses.replace(V2, confidence_threshold=0.9), proposal, masked, 1)
     assert v2.tolist() == [[False, True, False, False]]  # above 0.9 among masks; 0.97 is not a mask
-    low = commit_rule(dataclasses.replace(V2, confidence_threshold=0.99), proposal, masked, 0, [1])
+    low = commit_rule(dataclasses.replace(V2, confidence_threshold=0.99), proposal, masked, 1)
     assert low.tolist() == [[False, True, False, False]]  # none above: the most confident mask alone
-    seq = commit_rule(dataclasses.replace(SDAR, remasking="sequential"), proposal, masked, 0, [2])
+    seq = commit_rule(dataclasses.replace(SDAR, remasking="sequential"), proposal, masked, 2)
     assert seq.tolist() == [[True, True, False, False]]
 
 
@@ -235,6 +235,24 @@ def test_token_editing_retakes_a_filled_token_whose_proposal_changed():
     assert capped.rows[0].token_ids == [24, 25, 26, 27] and capped.nfe == 2  # no editing step once the block is full
 
 
+@pytest.mark.parametrize("remasking", REMASKING)
+def test_rows_at_different_counts_commit_as_each_row_alone(remasking):
+    """One call over rows each wanting its own count (rows in flight at different steps of their schedules) commits
+    in every row what the row alone with its count commits, ties included (repeated logits tie the confidences)."""
+    generator = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 4, V, generator=generator) * 3
+    logits = torch.cat([logits, logits], dim=1)  # every confidence twice: ties at each top-k's edge
+    masked = torch.rand(6, 8, generator=generator) < 0.7
+    wants = [1, 3, 2, 3, 1, 2]
+    cfg = dataclasses.replace(SDAR, remasking=remasking, confidence_threshold=0.2, eb_threshold=3.0)
+    proposal = propose(logits, cfg, Draws(None, None), None)
+    together = commit_rule(cfg, proposal, masked, RowWants(torch.tensor(wants), tuple(sorted(set(wants)))))
+    for row, want in enumerate(wants):
+        alone = Proposal(*(field[row:row + 1] for field in (proposal.tokens, proposal.confidence, proposal.probs)))
+        assert together[row].tolist() == commit_rule(cfg, alone, masked[row:row + 1], want)[0].tolist(), f"row {row}"
+    assert len({int(n) for n in together.sum(dim=1)}) > 1
+
+
 def test_every_remasking_option_has_its_commit_rule():
     assert set(COMMIT_RULES) == set(REMASKING)
 
@@ -273,6 +291,9 @@ SETTINGS = {
     "sdar-static": (qwen3, SDAR),
     "sdar-dynamic": (qwen3, dataclasses.replace(SDAR, remasking="low_confidence_dynamic", confidence_threshold=0.1)),
     "sdar-sampled": (qwen3, dataclasses.replace(SDAR, temperature=1.0, top_k=8, top_p=0.9, seed=3)),
+    "sdar-uneven": (qwen3, dataclasses.replace(SDAR, denoising_steps=3)),  # counts 2, 1, 1: rows want different k
+    "sdar-sequential": (qwen3, dataclasses.replace(SDAR, remasking="sequential", denoising_steps=3)),
+    "sdar-entropy": (qwen3, dataclasses.replace(SDAR, remasking="entropy_bounded", eb_threshold=8.0)),
     "v2": (qwen2, dataclasses.replace(V2, confidence_threshold=0.05)),
     "llada2-rules": (qwen3, dataclasses.replace(LLADA2, confidence_threshold=0.1, eos_early_stop=True)),
     "llada2.1-editing": (qwen3, dataclasses.replace(LLADA2, confidence_threshold=0.1, edit_threshold=0.05,
@@ -308,36 +329,43 @@ def test_every_row_of_a_batch_equals_the_row_alone(name):
 # ---- rows in flight against rows alone --------------------------------------------------------------------------
 FLIGHT_PROMPTS = [[3, 4], [10, 11, 12, 13], [20, 21, 22, 23, 24, 25, 26], [5, 6, 7, 8, 9, 10, 11, 12],
                   [30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40], [41, 42, 43]]  # shorter than, one, two and more blocks
+MANY_PROMPTS = [[(7 * i + j) % 40 + 1 for j in range(1 + (5 * i) % 12)] for i in range(40)]  # lengths 1 .. 12
+FLIGHTS = {"6 prompts, 2 rows": (FLIGHT_PROMPTS, 2), "40 prompts, 32 rows": (MANY_PROMPTS, 32)}
+SLOW_FLIGHTS = ("40 prompts, 32 rows",)
 
 
-def varied_end(network, cfg: BlockDiffusionConfig, seeds) -> int:
+def varied_end(network, cfg: BlockDiffusionConfig, prompts: list[list[int]], seeds) -> int:
     """The token whose first place among the prompts' outputs alone (no end of sequence) varies most: as the end of
     sequence it ends some rows early, some late and leaves some running to the canvas's end."""
     never = dataclasses.replace(cfg, eos_ids=(V,))
     outputs = [decode(network, [p], never, gen=13, row_seeds=None if seeds is None else [seeds[i]]).rows[0].token_ids
-               for i, p in enumerate(FLIGHT_PROMPTS)]
+               for i, p in enumerate(prompts)]
     def places(token: int) -> set[int]:
         return {out.index(token) if token in out else len(out) for out in outputs}
     return max(range(V - 2), key=lambda token: (len(places(token)), -token))
 
 
+@pytest.mark.parametrize("flight", [pytest.param(f, marks=pytest.mark.slow) if f in SLOW_FLIGHTS else f
+                                    for f in FLIGHTS])
 @pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_rows_in_flight_equal_rows_alone(name):
-    """Six prompts of mixed lengths through two rows: each row's tokens and forwards are its decode alone's,
-    whenever it was admitted and whatever its neighbours' blocks and phases."""
+def test_rows_in_flight_equal_rows_alone(name, flight):
+    """Prompts of mixed lengths through fewer rows than prompts: each row's tokens, forwards and commit steps are
+    its decode alone's, whenever it was admitted and whatever its neighbours' blocks and phases."""
     build, cfg = SETTINGS[name]
+    prompts, max_rows = FLIGHTS[flight]
     network = build()
-    seeds = [21, 22, 23, 24, 25, 26] if cfg.temperature > 0 else None
-    cfg = dataclasses.replace(cfg, eos_ids=(varied_end(network, cfg, seeds),), gen_length=13)
+    seeds = [21 + i for i in range(len(prompts))] if cfg.temperature > 0 else None
+    cfg = dataclasses.replace(cfg, eos_ids=(varied_end(network, cfg, prompts, seeds),), gen_length=13)
     alone = [decode(network, [p], cfg, gen=13, row_seeds=None if seeds is None else [seeds[i]]).rows[0]
-             for i, p in enumerate(FLIGHT_PROMPTS)]
-    steps = list(block_diffusion_stream(network, [torch.tensor(p) for p in FLIGHT_PROMPTS], cfg, 2, seeds))
+             for i, p in enumerate(prompts)]
+    steps = list(block_diffusion_stream(network, [torch.tensor(p) for p in prompts], cfg, max_rows, seeds))
     flown = dict(item for step in steps for item in step.finished)
-    assert sorted(flown) == list(range(len(FLIGHT_PROMPTS)))
+    assert sorted(flown) == list(range(len(prompts)))
     for i, row in enumerate(alone):
         assert (flown[i].token_ids, flown[i].forwards) == (row.token_ids, row.forwards), f"prompt {i}"
         assert flown[i].hit_max_tokens == row.hit_max_tokens
         assert (flown[i].commit_step, flown[i].edits) == (row.commit_step, row.edits), f"prompt {i}"
     assert len({len(row.token_ids) for row in alone}) >= 3  # rows end early, late and at the canvas's end
-    assert all(step.rows <= 2 for step in steps) and sum(len(step.admitted) for step in steps) == 6
+    assert all(step.rows <= max_rows for step in steps) and sum(len(step.admitted) for step in steps) == len(prompts)
+    assert max(step.rows for step in steps) == max_rows
     assert sum(row.nfe for row in flown.values()) < sum(row.forwards for row in alone)  # forwards shared
