@@ -225,7 +225,8 @@ class ModelAdapter(ABC):
             **kwargs,
         )
 
-    def prepare(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> PreparedBatch:
+    def at_batch_canvas(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> tuple[ModelConfig, int]:
+        """The config at the batch's one canvas length (set here when planning left it unset), and that length."""
         canvases = sorted({r.canvas_tokens for r in requests})
         if len(canvases) != 1:
             raise ValueError(f"{self.name}: a batch decodes one canvas length, got {canvases}")
@@ -234,6 +235,10 @@ class ModelAdapter(ABC):
             config = self.at_canvas(config, canvas)
         elif planned != canvas:
             raise ValueError(f"{self.name}: the config was made for a {planned}-token canvas, the batch asks {canvas}")
+        return config, canvas
+
+    def prepare(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> PreparedBatch:
+        config, canvas = self.at_batch_canvas(requests, config)
         config = dataclasses.replace(  # the token ids filled here, once, so nothing reflects over it in decode
             config, decoder=set_options(config.decoder, self.token_ids(), self.name, adapter_fields=True))
         prompts = [self.render(r, config) for r in requests]

@@ -38,7 +38,7 @@ from models.adapters.engine.openai_client import (Answer, RequestFailed, fetch_j
 from models.adapters.engine.server import EngineError
 from models.base import (Generation, GenerationRequest, Message, ModelAdapter, ModelConfig, PreparedBatch,
                          TemplateOptions, cut_at_stop)
-from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field, canvas_of,
+from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field,
                                       require_filled)
 from models.options import unkeyed_field
 from models.sources import SERVED_PREFIX, split_served
@@ -297,14 +297,7 @@ class OpenAIAdapter(ModelAdapter):
 
     def prepare(self, requests: Sequence[GenerationRequest], config: ModelConfig) -> PreparedBatch:
         """No token ids (the server tokenises); the server is found and probed here, outside the timed decode."""
-        canvases = sorted({r.canvas_tokens for r in requests})
-        if len(canvases) != 1:
-            raise ValueError(f"{self.name}: a batch decodes one canvas length, got {canvases}")
-        canvas, planned = canvases[0], canvas_of(config.decoder)
-        if planned is None:
-            config = self.at_canvas(config, canvas)
-        elif planned != canvas:
-            raise ValueError(f"{self.name}: the config was made for a {planned}-token canvas, the batch asks {canvas}")
+        config, canvas = self.at_batch_canvas(requests, config)
         self.connect(config.decoder)
         none = torch.zeros((len(requests), 0), dtype=torch.long)
         return PreparedBatch(requests, [self.render(r, config) for r in requests], none, none, config, canvas)
