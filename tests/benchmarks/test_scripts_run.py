@@ -60,7 +60,7 @@ RUNS = {
                         r"tokens identical",
                         *(rf"^(PASS|FAIL) {re.escape(name)} counts at 2 rows against 1: ops per call [\d.]+x "
                           r"\(target <= 2\.0x\), reads per call [\d.]+ \(target <= 2\.0\), bytes copied per request "
-                          r"[\d.]+x \(target <= 2\.0x\)$"
+                          r"[\d.]+x \(target <= [\d.]+x\)$"  # BYTES_GROWTH_OF may loosen it
                           for name in ("ar", "refusion", "sdar", "fastdllm-v2", "llada2", "llada2.1", "llada", "dream",
                                        *(f"fastdllm-{kind}-{cache}" for kind in ("llada", "dream")
                                          for cache in ("none", "prefix", "dual")))),
