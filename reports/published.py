@@ -6,7 +6,9 @@ A ReFusion row is found by the decoder kind and checkpoint a result records; a f
 only when the recorded kind, checkpoint and (TraDo) remasking rule are the row's. Columns are the ReFusion table's
 seven, then the 2026 benchmarks under their task names. A cell whose benchmark is not the harness's task (MMLU
 beside MMLU-Pro, another LiveCodeBench window, GPQA-Diamond beside GPQA main) carries a note that the report shows
-with it; a row whose figures come from several sources names each, with the columns it gave.
+with it; a row whose figures come from several sources names each, with the columns it gave. Each cell records how
+many samples per item its source averaged (``samples``: 1 for one pass, None where the source does not say), so a
+measured avg@K is set beside a published avg@k only where K is k.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from typing import Any
 SOURCE = "ReFusion paper (arXiv 2512.13586), Table 1: zero-shot, chat template, batch 1, authors' GPU"
 COLUMNS = ("MMLU-Pro", "ARC-C", "GSM8K", "MATH", "GPQA", "HumanEval", "MBPP")
 # The 2026 benchmarks (docs/tasks.md) have no column in the ReFusion table: their figures sit under the task's name.
-TASK_COLUMNS = ("livecodebench", "livecodebench_v5", "livecodebench_v6", "aime24", "aime25", "ifeval", "gpqa_diamond",
-                "bbh")
+TASK_COLUMNS = ("livecodebench", "livecodebench_v5", "livecodebench_v6", "math500", "aime24", "aime25", "ifeval",
+                "gpqa_diamond", "bbh")
 
 # row -> column -> (accuracy %, tokens/s); transcribed from the ReFusion paper (arXiv 2512.13586), Table 1.
 _TABLE = {
@@ -45,13 +47,14 @@ class PublishedCell:
     accuracy: float  # percent
     tokens_per_second: float | None = None  # None where the source gives no speed
     note: str | None = None  # where the published benchmark differs from the harness's task
+    samples: int | None = None  # samples per item the source averaged (1: one pass); None: the source does not say
 
 
 def published_table() -> dict[str, dict[str, PublishedCell]]:
-    """Row name -> column name -> published cell."""
+    """Row name -> column name -> published cell. The ReFusion table is one greedy pass per item."""
     table = {}
     for row, text in _TABLE.items():
-        cells = [PublishedCell(*map(float, pair.split("/"))) for pair in text.split()]
+        cells = [PublishedCell(*map(float, pair.split("/")), samples=1) for pair in text.split()]
         table[row] = dict(zip(COLUMNS, cells))
     return table
 
@@ -82,15 +85,26 @@ class PublishedRow:
 @dataclass(frozen=True)
 class Figures:
     """One source's figures for a row: one accuracy % per (column, note) of ``layout``; a note says where the
-    source's benchmark is not the task here, or what else the source reports for it."""
+    source's benchmark is not the task here, or what else the source reports for it. ``samples`` is the samples per
+    item the source averaged for every column (None: not stated), ``samples_by_column`` the columns where it differs
+    (Qwen3's report: AIME over 64, GPQA-Diamond over 10)."""
 
     source: str
     scores: str
     layout: tuple[tuple[str, str | None], ...]
+    samples: int | None = None
+    samples_by_column: tuple[tuple[str, int | None], ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = {column for column, _ in self.samples_by_column} - {column for column, _ in self.layout}
+        if unknown:
+            raise ValueError(f"{self.source}: samples given for {sorted(unknown)}, which the layout does not have")
 
     def cells(self) -> dict[str, PublishedCell]:
         values = zip(self.layout, self.scores.split(), strict=True)
-        return {column: PublishedCell(float(score), note=note) for (column, note), score in values}
+        samples = dict(self.samples_by_column)
+        return {column: PublishedCell(float(score), note=note, samples=samples.get(column, self.samples))
+                for (column, note), score in values}
 
 
 def merged_cells(figures: tuple[Figures, ...]) -> dict[str, PublishedCell]:
@@ -149,42 +163,50 @@ _LLADA21_LAYOUT = (
     ("ifeval", "Q mode: 83.18"),
     ("livecodebench_v6", "LiveCodeBench, version and window not stated; Q mode: 30.40"))
 _MMLU = "MMLU, not MMLU-Pro"
-_MATH500 = "MATH500, not the whole MATH test"
-_SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("MATH", _MATH500), ("HumanEval", None), ("MBPP", None),
+# SDAR's and TraDo's "MATH500" is MATH-500, the task math500: their figures sit there, not under the whole MATH test.
+_SDAR_LAYOUT = (("MMLU-Pro", _MMLU), ("GSM8K", None), ("math500", None), ("HumanEval", None), ("MBPP", None),
                 ("ifeval", "IFEval, which of its four figures not stated"))
-_TRADO_LAYOUT = (("GSM8K", None), ("MATH", _MATH500), ("aime24", None), ("livecodebench", _LCB_V2))
+_TRADO_LAYOUT = (("GSM8K", None), ("math500", None), ("aime24", None), ("livecodebench", _LCB_V2))
 _SDAR_IN_TRADO_LAYOUT = (("aime24", None), ("livecodebench", _LCB_V2))
 _SDAR_IN_TRADO = f"{TRADO_SOURCE}, static rule, by TraDo's sampled evaluation"
 _FASTDLLM_V2_LAYOUT = (("HumanEval", None), ("MBPP", None), ("GSM8K", None), ("MATH", None),
                        ("MMLU-Pro", "MMLU, not MMLU-Pro, and scored by log-likelihood, not generated"), ("GPQA", None))
 _FASTDLLM_V2_7B_LAYOUT = (("HumanEval", "HumanEval; HumanEval+ is 58.5"), ("MBPP", "MBPP; MBPP+ is 52.3"),
                           *_FASTDLLM_V2_LAYOUT[2:])
+# Samples per item each source averaged. Greedy sources are one pass: SDAR's Table 1 (top-k 1), the LLaDA2.0 and
+# LLaDA2.1 reports (T 0), Fast-dLLM v2's README (greedy). TraDo's Table 2 averages three sampled answers per item
+# (trado_eval.yaml, T 1; docs/decoders.md), SDAR's figures there included. Dream-Coder samples (T 0.1) and the
+# DiffusionGemma quotes do not say how often: None, the default.
+_ONE_PASS = 1
+_TRADO_SAMPLES = 3
+# The Qwen3 report's non-thinking figures: AIME the mean of 64 samples, GPQA-Diamond of 10, the rest one pass.
+_QWEN3_SAMPLES = (("aime24", 64), ("aime25", 64), ("gpqa_diamond", 10))
 _STATIC = (("remasking", "low_confidence_static"),)
 _DYNAMIC = (("remasking", "low_confidence_dynamic"),)
 
 # registry name -> its published rows (the first whose recorded decoding matches is shown).
 FAMILY_ROWS: dict[str, tuple[FamilyRow, ...]] = {
     "sdar-8b": (FamilyRow("SDAR-8B-Chat", "sdar", "JetLM/SDAR-8B-Chat", (
-        Figures(SDAR_SOURCE, "78.6 91.3 78.6 78.7 72.0 61.4", _SDAR_LAYOUT),
-        Figures(_SDAR_IN_TRADO, "11.8 18.5", _SDAR_IN_TRADO_LAYOUT))),),
+        Figures(SDAR_SOURCE, "78.6 91.3 78.6 78.7 72.0 61.4", _SDAR_LAYOUT, _ONE_PASS),
+        Figures(_SDAR_IN_TRADO, "11.8 18.5", _SDAR_IN_TRADO_LAYOUT, _TRADO_SAMPLES))),),
     "sdar-4b": (FamilyRow("SDAR-4B-Chat", "sdar", "JetLM/SDAR-4B-Chat", (
-        Figures(SDAR_SOURCE, "74.9 89.9 72.8 72.0 65.4 56.6", _SDAR_LAYOUT),
-        Figures(_SDAR_IN_TRADO, "5.0 15.6", _SDAR_IN_TRADO_LAYOUT))),),
+        Figures(SDAR_SOURCE, "74.9 89.9 72.8 72.0 65.4 56.6", _SDAR_LAYOUT, _ONE_PASS),
+        Figures(_SDAR_IN_TRADO, "5.0 15.6", _SDAR_IN_TRADO_LAYOUT, _TRADO_SAMPLES))),),
     "trado-8b": (
         FamilyRow("TraDo-8B-Instruct (dynamic)", "sdar", "Gen-Verse/TraDo-8B-Instruct",
-                  (Figures(TRADO_SOURCE, "91.2 75.5 11.0 22.4", _TRADO_LAYOUT),), _DYNAMIC),
+                  (Figures(TRADO_SOURCE, "91.2 75.5 11.0 22.4", _TRADO_LAYOUT, _TRADO_SAMPLES),), _DYNAMIC),
         FamilyRow("TraDo-8B-Instruct (static)", "sdar", "Gen-Verse/TraDo-8B-Instruct",
-                  (Figures(TRADO_SOURCE, "92.3 78.5 13.3 25.9", _TRADO_LAYOUT),), _STATIC),
+                  (Figures(TRADO_SOURCE, "92.3 78.5 13.3 25.9", _TRADO_LAYOUT, _TRADO_SAMPLES),), _STATIC),
     ),
     "fastdllm-v2-7b": (FamilyRow("Fast-dLLM v2 7B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_7B", (
-        Figures(FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT),)),),
+        Figures(FASTDLLM_V2_SOURCE, "63.4 63.0 83.7 61.6 66.6 31.9", _FASTDLLM_V2_7B_LAYOUT, _ONE_PASS),)),),
     "fastdllm-v2-1.5b": (FamilyRow("Fast-dLLM v2 1.5B", "fastdllm-v2", "Efficient-Large-Model/Fast_dLLM_v2_1.5B", (
-        Figures(FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT),)),),
+        Figures(FASTDLLM_V2_SOURCE, "43.9 50.0 62.0 38.1 55.1 27.7", _FASTDLLM_V2_LAYOUT, _ONE_PASS),)),),
     "llada2-mini": (FamilyRow("LLaDA2.0-mini", "llada2", "inclusionAI/LLaDA2.0-mini", (
         Figures(LLADA2_SOURCE, "63.22 93.56 47.98 94.24 93.22 86.59 81.50 47.98 78.21 36.67 80.78 31.50",
-                _LLADA2_LAYOUT),)),),
+                _LLADA2_LAYOUT, _ONE_PASS),)),),
     "llada2.1-mini": (FamilyRow("LLaDA2.1-mini (S mode)", "llada2", "inclusionAI/LLaDA2.1-mini", (
-        Figures(LLADA21_SOURCE, "63.42 48.36 48.36 78.42 36.67 81.33 28.85", _LLADA21_LAYOUT),)),),
+        Figures(LLADA21_SOURCE, "63.42 48.36 48.36 78.42 36.67 81.33 28.85", _LLADA21_LAYOUT, _ONE_PASS),)),),
     "dream-coder": (FamilyRow("Dream-Coder-7B-Instruct", "dream", "Dream-org/Dream-Coder-v0-Instruct-7B", (
         Figures(DREAM_CODER_SOURCE, "82.9 79.6 21.4", (
             ("HumanEval", None), ("MBPP", "evalplus's MBPP (base tests), not the 500-problem test"),
@@ -198,7 +220,8 @@ FAMILY_ROWS: dict[str, tuple[FamilyRow, ...]] = {
 PAPER_ROW_FIGURES: dict[str, tuple[Figures, ...]] = {
     "Qwen3-8B": (Figures(QWEN3_SOURCE, "39.3 83.0 29.1 20.9 22.8", (
         ("gpqa_diamond", None), ("ifeval", None), ("aime24", None), ("aime25", None),
-        ("livecodebench_v5", "LiveCodeBench v5 window 2024-10 to 2025-02, not 2024-08 to 2025-02"))),),
+        ("livecodebench_v5", "LiveCodeBench v5 window 2024-10 to 2025-02, not 2024-08 to 2025-02")), _ONE_PASS,
+        _QWEN3_SAMPLES),),
 }
 
 

@@ -21,7 +21,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from tasks.base import Doc, SampleScore, Task, TaskPrompt
-from tasks.records import DatasetSpec
+from tasks.records import DatasetSpec, RecordCheck
 
 # The local file's ``type`` names (the original release's) and the hub configs, in lm-eval's group order.
 SUBJECTS = {
@@ -38,13 +38,23 @@ NO_BOXED_ANSWER = "[no boxed answer]"
 INVALID_ANSWER = "[invalidanswer]"  # lm-eval's get_unnormalized_answer sentinel
 
 
-def check_record(record: dict[str, Any]) -> str | None:
-    if record["type"] not in SUBJECTS:
-        return f"field 'type': unknown subject {record['type']!r} (expected one of {', '.join(SUBJECTS)})"
-    solution = record["solution"]
-    if not isinstance(solution, str) or ("\\boxed" not in solution and "\\fbox" not in solution):
-        return "field 'solution': no \\boxed answer"
-    return None
+def record_check(subject_field: str) -> RecordCheck:
+    """The record check of a MATH copy whose subject name is in ``subject_field`` (``type`` in the original release,
+    ``subject`` in MATH-500): a known subject, and a solution with a boxed answer, which both metrics score against."""
+
+    def check(record: dict[str, Any]) -> str | None:
+        subject = record[subject_field]
+        if not isinstance(subject, str) or subject not in SUBJECTS:
+            return f"field {subject_field!r}: unknown subject {subject!r} (expected one of {', '.join(SUBJECTS)})"
+        solution = record["solution"]
+        if not isinstance(solution, str) or ("\\boxed" not in solution and "\\fbox" not in solution):
+            return "field 'solution': no \\boxed answer"
+        return None
+
+    return check
+
+
+check_record = record_check("type")
 
 
 def fork_normalize_final_answer(final_answer: str) -> str:
@@ -147,6 +157,7 @@ class HendrycksMath(Task):
         check=check_record,
     )
     primary_metric = "math_verify,none"
+    answer_key = "math_verify"
     metrics = ("math_verify,none", "exact_match,none")
     equivalent_lm_eval_task = "minerva_math"
     paper_column = "MATH"

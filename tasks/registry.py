@@ -21,12 +21,15 @@ ifeval          prompt_level_strict_acc,none; inst_level_strict_acc,none; the   
                 same two loose
 gpqa_diamond    exact_match,flexible-extract; exact_match,strict-match           -
 bbh             exact_match,strict-match; exact_match,flexible-extract           27 subsets
+math500         math_verify,none; exact_match,none                               7 subjects (``subject``)
 ==============  ==============================================================  ================================
 
 The last two are not in the paper: HumanEval+ and MBPP+ (evalplus) with the paper's HumanEval and MBPP prompts and
 extraction, scored on evalplus's base and extra tests (tasks/evalplus/plus_tasks.py). The LiveCodeBench tasks
 (tasks/livecodebench/) follow lcb_runner: the whole release_v6, or the v5 and v6 contest-date windows. AIME 2024
 and 2025, IFEval, GPQA diamond and BBH are the other benchmarks of the 2026 diffusion-LLM papers (docs/tasks.md).
+MATH-500 (HuggingFaceH4/MATH-500, PRM800K's 500-problem test subset of MATH, which SDAR and TraDo report) is ``math``'s
+prompt and scoring on those items; it is in no group.
 
 Diagnostics per sample: ``empty``, ``invalid`` (the primary extraction found nothing; for ARC, no letter A-D; for
 code, no code), and for the code tasks ``exec_status`` (passed/failed/error/timeout/memory/no_code) and
@@ -49,6 +52,7 @@ from tasks.hendrycks_math import HendrycksMath
 from tasks.humaneval import HumanEval
 from tasks.ifeval import IFEval
 from tasks.livecodebench.task import WHOLE_V6, WINDOW_V5, WINDOW_V6, LiveCodeBench
+from tasks.math500 import Math500
 from tasks.mbpp import MBPP
 from tasks.mmlu_pro import MMLUPro
 
@@ -73,6 +77,8 @@ TASKS: dict[str, Callable[[], Task]] = {
     "ifeval": IFEval,
     "gpqa_diamond": GPQADiamond,
     "bbh": BBH,
+    # MATH's 500-problem subset, which the 2026 reasoning papers report as MATH500.
+    "math500": Math500,
 }
 
 

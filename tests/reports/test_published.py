@@ -8,8 +8,8 @@ import pytest
 
 from reports.html import write_report
 from models.registry import MODELS
-from reports.published import (COLUMNS, FAMILY_ROWS, PAPER_ROWS, TASK_COLUMNS, paper_column, paper_row,
-                               published_row)
+from reports.published import (COLUMNS, FAMILY_ROWS, PAPER_ROWS, TASK_COLUMNS, Figures, paper_column, paper_row,
+                               published_row, published_table)
 from tasks.registry import task_names
 
 SDAR_REF = "JetLM/SDAR-8B-Chat"
@@ -17,11 +17,13 @@ TRADO_REF = "Gen-Verse/TraDo-8B-Instruct"
 
 
 def family_run(rf, folder):
-    """sdar-8b on MMLU-Pro (published: MMLU) and GSM8K, and trado-8b decoded with the static rule."""
+    """sdar-8b on MMLU-Pro (published: MMLU) and GSM8K, and trado-8b decoded with the static rule on MATH-500 (its
+    published MATH500) and on the whole MATH test (which it does not publish)."""
     static = {"remasking": "low_confidence_static", "temperature": 0.0}
     return rf.write_run(folder, [
         rf.Entry("sdar-8b", "mmlu_pro", rf.samples([1.0, 0.0]), model_ref=SDAR_REF, kind="sdar"),
         rf.Entry("sdar-8b", "gsm8k", rf.samples([1.0, 1.0]), model_ref=SDAR_REF, kind="sdar"),
+        rf.Entry("trado-8b", "math500", rf.samples([1.0, 0.0]), model_ref=TRADO_REF, kind="sdar", decoding=static),
         rf.Entry("trado-8b", "math", rf.samples([1.0, 0.0]), model_ref=TRADO_REF, kind="sdar", decoding=static),
     ])
 
@@ -33,14 +35,15 @@ def test_family_figures_sit_beside_the_measured_ones_with_their_notes(tmp_path, 
     assert (mmlu["published row"], mmlu["published accuracy %"]) == ("SDAR-8B-Chat", pytest.approx(78.6))
     assert mmlu["published benchmark"] == "MMLU, not MMLU-Pro" and gsm8k["published benchmark"] == "same"
     assert mmlu["source"].startswith("SDAR paper (arXiv 2510.06303)") and pd.isna(mmlu["published tokens/s"])
-    math = published.loc[("trado-8b", "math")]  # the static row, since the run recorded the static rule
-    assert (math["published row"], math["published accuracy %"]) == ("TraDo-8B-Instruct (static)",
-                                                                     pytest.approx(78.5))
-    assert math["published benchmark"] == "MATH500, not the whole MATH test"
+    math500 = published.loc[("trado-8b", "math500")]  # the static row, since the run recorded the static rule
+    assert (math500["published row"], math500["published accuracy %"]) == ("TraDo-8B-Instruct (static)",
+                                                                           pytest.approx(78.5))
+    assert math500["published benchmark"] == "same"
+    assert ("trado-8b", "math") not in published.index  # TraDo's MATH500 is not a figure for the whole MATH test
     # The paper-style table: the published row under the measured one, its source and the note in the cell.
     assert "↳ SDAR-8B-Chat" in html and "↳ TraDo-8B-Instruct (static)" in html
     assert '<div class="bench-note">MMLU, not MMLU-Pro</div>' in html
-    assert '<div class="bench-note">MATH500, not the whole MATH test</div>' in html
+    assert "MATH500, not the whole MATH test" not in html
     assert "SDAR paper (arXiv 2510.06303), Table 1" in html
     markdown = (tmp_path / "out" / "report_tables.md").read_text(encoding="utf-8")
     assert "MMLU, not MMLU-Pro" in markdown and "TraDo paper (arXiv 2509.06949)" in markdown
@@ -110,7 +113,7 @@ def test_the_2026_benchmarks_sit_under_their_task_names_with_sources_and_notes(t
 
 @pytest.mark.parametrize("task, column", [
     ("aime24", "aime24"), ("gpqa_diamond", "gpqa_diamond"), ("livecodebench", "livecodebench"),
-    ("gpqa", "GPQA"), ("humaneval_plus", None)])
+    ("gpqa", "GPQA"), ("humaneval_plus", None), ("math500", "math500"), ("math", "MATH")])
 def test_a_task_maps_to_its_published_column(rf, task, column):
     assert paper_column({"task": {"name": task, "paper_column": rf.paper_column(task)}}) == column
 
@@ -125,3 +128,40 @@ def test_every_2026_column_is_a_registry_task_and_every_figure_sits_in_a_known_c
         cells = FAMILY_ROWS[name][0].cells()
         assert cells["GPQA"].note.startswith("GPQA-Diamond, not GPQA main")
         assert cells["gpqa_diamond"].accuracy == cells["GPQA"].accuracy
+
+
+def test_sdar_and_trado_math500_figures_sit_under_math500_not_math():
+    """SDAR's Table 1 and TraDo's Table 2 report MATH500: those figures are the math500 task's, with no note, and
+    no SDAR or TraDo row has a figure for the whole MATH test."""
+    expected = {"sdar-8b": 78.6, "sdar-4b": 72.8}
+    for name, accuracy in expected.items():
+        cells = FAMILY_ROWS[name][0].cells()
+        assert "MATH" not in cells and cells["math500"].accuracy == accuracy and cells["math500"].note is None
+    trado = {row.label: row.cells() for row in FAMILY_ROWS["trado-8b"]}
+    assert {label: cells["math500"].accuracy for label, cells in trado.items()} == {
+        "TraDo-8B-Instruct (dynamic)": 75.5, "TraDo-8B-Instruct (static)": 78.5}
+    assert all("MATH" not in cells and cells["math500"].note is None for cells in trado.values())
+    assert not any("MATH500" in (cell.note or "") for rows in FAMILY_ROWS.values() for row in rows
+                   for cell in row.cells().values())
+
+
+def test_each_cell_records_the_samples_per_item_its_source_averaged():
+    """One pass where the source decodes greedily (the ReFusion table, SDAR's Table 1, LLaDA2.0 at T 0), three for
+    TraDo's Table 2 (SDAR's figures there too), the Qwen3 report's 64 on AIME and 10 on GPQA-Diamond, and unknown
+    where the source does not say (Dream-Coder samples at T 0.1)."""
+    refusion = published_table()
+    assert {cell.samples for row in refusion.values() for cell in row.values()} == {1}
+    sdar = FAMILY_ROWS["sdar-8b"][0].cells()
+    assert (sdar["math500"].samples, sdar["ifeval"].samples, sdar["aime24"].samples) == (1, 1, 3)
+    assert {cell.samples for row in FAMILY_ROWS["trado-8b"] for cell in row.cells().values()} == {3}
+    assert FAMILY_ROWS["llada2-mini"][0].cells()["aime25"].samples == 1
+    assert FAMILY_ROWS["fastdllm-v2-7b"][0].cells()["MATH"].samples == 1
+    assert {cell.samples for cell in FAMILY_ROWS["dream-coder"][0].cells().values()} == {None}
+    qwen3 = published_row({"model": {"kind": "ar"}, "model_ref": "Qwen/Qwen3-8B"}).cells
+    assert {column: qwen3[column].samples for column in ("aime24", "aime25", "gpqa_diamond", "ifeval", "GSM8K")} == {
+        "aime24": 64, "aime25": 64, "gpqa_diamond": 10, "ifeval": 1, "GSM8K": 1}
+
+
+def test_samples_for_a_column_the_figures_lack_is_refused():
+    with pytest.raises(ValueError, match="samples given for \\['aime24'\\]"):
+        Figures("a source", "1.0", (("ifeval", None),), 1, (("aime24", 64),))

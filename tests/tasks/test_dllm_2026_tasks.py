@@ -1,6 +1,7 @@
 """The benchmarks of the 2026 diffusion-LLM papers beside LiveCodeBench: ``aime24``, ``aime25``, ``ifeval``,
 ``gpqa_diamond`` and ``bbh``. Registry and group, fixtures and prompts, one-line errors for bad records, and gold
-checks on the fixtures: a right answer scores 1 and a wrong one 0. IFEval's verdicts are compared with lm-eval's
+checks on the fixtures: a right answer scores 1 and a wrong one 0. ``math500`` (in no group;
+tests/tasks/test_math500.py) shares the fixture and bad-record checks. IFEval's verdicts are compared with lm-eval's
 own ``process_results`` on crafted responses, strict and loose."""
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def test_new_tasks_are_in_the_dllm_2026_group_and_all_stays_the_papers_seven() -
 @pytest.mark.parametrize("name, hub_id, canvas", [
     ("aime24", "HuggingFaceH4/aime_2024", 4096), ("aime25", "opencompass/AIME2025", 4096),
     ("ifeval", "google/IFEval", 1280), ("gpqa_diamond", "Idavidrein/gpqa", 1024), ("bbh", "SaylorTwift/bbh", 1024),
+    ("math500", "HuggingFaceH4/MATH-500", 512),
 ])
 def test_fixtures_load_and_every_doc_has_a_prompt(name: str, hub_id: str, canvas: int) -> None:
     task, docs = fixture_docs(name)
@@ -292,6 +294,8 @@ GOOD: dict[str, dict[str, Any]] = {
     "ifeval": {"key": 1, "prompt": "p", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
     "gpqa_diamond": {"Question": "q", "Correct Answer": "a", "Incorrect Answer 1": "b", "Incorrect Answer 2": "c",
                      "Incorrect Answer 3": "d"},
+    "math500": {"problem": "p", "solution": "so $\\boxed{1}$", "answer": "1", "subject": "Geometry", "level": 1,
+                "unique_id": "test/geometry/1.json"},
 }
 BAD = [
     ("aime24", "answer", "1000", "field 'answer'"),
@@ -300,6 +304,10 @@ BAD = [
     ("ifeval", "kwargs", [{}, {}], "field 'kwargs'"),
     ("ifeval", "instruction_id_list", ["no:such"], "unknown instruction 'no:such'"),
     ("gpqa_diamond", "Question", 3, "field 'Question'"),
+    ("math500", "subject", "Calculus", "field 'subject'"),
+    ("math500", "subject", ["Geometry"], "field 'subject'"),
+    ("math500", "solution", "no box here", "field 'solution'"),
+    ("math500", "unique_id", "", "field 'unique_id'"),
 ]
 
 

@@ -18,6 +18,8 @@ GOOD: dict[str, dict[str, Any]] = {
     "arc_challenge": {"id": "a1", "question": "q", "choices": {"text": ["a", "b", "c", "d"], "label": list("ABCD")},
                       "answerKey": "A"},
     "math": {"problem": "p", "solution": "so $\\boxed{1}$", "level": "Level 1", "type": "Geometry"},
+    "math500": {"problem": "p", "solution": "so $\\boxed{1}$", "answer": "1", "subject": "Geometry", "level": 1,
+                "unique_id": "test/geometry/1.json"},
     "gpqa": {"Question": "q", "Correct Answer": "a", "Incorrect Answer 1": "b", "Incorrect Answer 2": "c",
              "Incorrect Answer 3": "d"},
     "humaneval": {"task_id": "HumanEval/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n",
@@ -100,7 +102,7 @@ def test_the_local_layout_names():
         "livecodebench_v5": "livecodebench/test.jsonl .. test5.jsonl",
         "livecodebench_v6": "livecodebench/test.jsonl .. test6.jsonl", "aime24": "aime24/train.jsonl",
         "aime25": "aime25/test.jsonl", "ifeval": "ifeval/train.jsonl", "gpqa_diamond": "gpqa/gpqa_diamond.jsonl",
-        "bbh": "bbh/<subset>.jsonl"}
+        "bbh": "bbh/<subset>.jsonl", "math500": "math500/test.jsonl"}
 
 
 class FakeHub:
