@@ -62,7 +62,8 @@ def parse_model_args(items: Sequence[str], models: Sequence[str]) -> dict[str, d
 
 def experiment_settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings that make two runs of the same models and tasks incomparable (they change what is generated or
-    from which data); ``--limit``, ``--warmup`` and ``--device`` are left out: a rerun with another limit resumes."""
+    from which data); ``--limit``, ``--samples``, ``--warmup`` and ``--device`` are left out: a rerun with another
+    limit or more samples per item resumes (and extends) the same folder."""
     data_dir = str(args.data_dir.resolve()) if args.data_dir is not None else None
     return {"data": args.data, "data_dir": data_dir, "preset": args.preset, "gen_length": args.gen_length,
             "model_args": sorted(args.model_arg), "batch_size": args.batch_size, "seed": args.seed,
@@ -98,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", help="comma-separated task names, all (the paper's seven), dllm-2026 (the 2026 "
                                     "diffusion-LLM papers' benchmarks), or lmeval:<lm-eval task>")
     p.add_argument("--limit", type=int, help="first N items of each task")
+    p.add_argument("--samples", type=int, metavar="K",
+                   help="generations per item, each with its own seed (default 1, or the preset's for a task): "
+                        "avg@K, pass@k and maj@K over them; a larger K extends a stored run")
     p.add_argument("--output", type=Path, help="run folder (default: runs/<models>__<tasks>__<hash of the settings "
                                                 "that change outputs>; reruns resume it)")
     p.add_argument("--seed", type=int, default=1234)
@@ -180,7 +184,8 @@ def settings_from_args(args: argparse.Namespace):
         raise UsageError("give --models and --tasks (see --list for the names)")
     models = split_names(args.models, model_names(), "model", allow_hf=True)
     tasks = split_names(args.tasks, task_names(), "task")
-    for flag, value in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--gen-length", args.gen_length)):
+    for flag, value in (("--limit", args.limit), ("--batch-size", args.batch_size), ("--gen-length", args.gen_length),
+                        ("--samples", args.samples)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}")
     if args.warmup < 0:
@@ -195,7 +200,7 @@ def settings_from_args(args: argparse.Namespace):
         data=args.data, data_dir=args.data_dir, gen_length=args.gen_length, preset=args.preset,
         model_args=parse_model_args(args.model_arg, models), rescore=args.rescore, progress=not args.no_progress,
         threads=resolve_threads(args.threads, resolve_device(args.device)), schedule=args.schedule,
-        reuse_stale=args.reuse_stale,
+        reuse_stale=args.reuse_stale, samples=args.samples,
     )
 
 

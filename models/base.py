@@ -42,6 +42,7 @@ class GenerationRequest:
     prompt: str | None = None  # a rendered prompt, used instead of ``messages`` when given
     canvas_tokens: int = 512
     stop: tuple[str, ...] = ()
+    sample: int = 0  # which of an item's repeated samples (``--samples``): a sampler draws its own numbers for each
 
 
 @dataclass(frozen=True)
@@ -132,12 +133,20 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def row_seeds(config: ModelConfig, prompts: Sequence[str]) -> tuple[int, ...] | None:
-    """Each sample's own seed: the config's (run) seed hashed with the sample's rendered prompt, so a sample draws
-    the same numbers in any batch and different samples draw different ones. None when the config has no seed."""
+def sample_identity(prompt: str, sample: int) -> str:
+    """What a request's own seed is hashed from: its rendered prompt, and for an item's repeated samples after the
+    first the sample's index (the first keeps the prompt alone, the seed one-sample runs always had)."""
+    return prompt if sample == 0 else f"{prompt}\0sample {sample}"
+
+
+def row_seeds(config: ModelConfig, prompts: Sequence[str], samples: Sequence[int]) -> tuple[int, ...] | None:
+    """Each request's own seed: the config's (run) seed hashed with the request's ``sample_identity``, so a request
+    draws the same numbers in any batch and different requests (items, or samples of one item) draw different ones.
+    None when the config has no seed."""
     seed = leaves(config.decoder).get("seed")
     value = None if seed is None else seed.value
-    return None if value is None else tuple(row_seed(value, prompt) for prompt in prompts)
+    return None if value is None else tuple(row_seed(value, sample_identity(prompt, sample))
+                                            for prompt, sample in zip(prompts, samples, strict=True))
 
 
 class ModelAdapter(ABC):
@@ -251,7 +260,7 @@ class ModelAdapter(ABC):
             ids[row, width - len(e):] = torch.tensor(e, dtype=torch.long)
             mask[row, width - len(e):] = 1
         return PreparedBatch(requests, prompts, ids.to(self.device), mask.to(self.device), config, canvas,
-                             row_seeds(config, prompts))
+                             row_seeds(config, prompts, [r.sample for r in requests]))
 
     def decode(self, batch: PreparedBatch) -> list[DecodeResult]:
         """Run the decoder. This is the call the harness times: no tokenisation and no option handling here

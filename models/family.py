@@ -25,7 +25,8 @@ class ModelSpec:
     ref: str  # hub id, local folder, or tiny recipe name
     description: str
     defaults: dict[str, Any] = field(default_factory=dict)  # options for every task (typed in models.options)
-    presets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # preset -> task -> overrides
+    # preset -> task -> overrides: decoder options, and the run's canvas (gen_length) and samples per item (samples)
+    presets: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def overrides_for(self, task: str, preset: str | None) -> dict[str, Any]:
         """Decoding overrides for one task: the preset's entry for that task, if the preset names it."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,11 +62,13 @@ def _output(model_index: int, record: SampleRecord, metric: str, limits: Browser
         "truncated": bool(record.hit_max_tokens),
         "tokens": record.gen_tokens,
         "order": decode_view(record, limits.chars),
+        "sample": record.sample,  # which of the item's repeated samples (--samples K)
     }
 
 
 def browser_payload(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> dict[str, Any]:
-    """Items grouped by (task, doc_id), each with every model's output; capped per task, disagreements first."""
+    """Items grouped by (task, doc_id), each with every model's output (each of its samples, numbered, where it
+    drew several per item); capped per task, disagreements first."""
     items: list[dict[str, Any]] = []
     counts: dict[str, dict[str, int]] = {}
     metrics = {(c.label, c.task): c.metric for c in data.cells}
@@ -80,6 +83,10 @@ def browser_payload(data: ReportData, limits: BrowserLimits = BrowserLimits()) -
                 })
                 item["outputs"].append(_output(index, record, metrics[(label, task)], limits))
         for item in by_doc.values():
+            counts_by_model = Counter(o["m"] for o in item["outputs"])
+            for o in item["outputs"]:
+                if counts_by_model[o["m"]] > 1:
+                    o["of"] = counts_by_model[o["m"]]  # the page names each as "sample j of K"
             verdicts = {o["ok"] for o in item["outputs"] if o["ok"] is not None}
             item["disagree"] = len(verdicts) > 1
         ordered = list(by_doc.values())

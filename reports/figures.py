@@ -1,6 +1,6 @@
 """The report's charts, drawn with matplotlib's object API (no pyplot state) on the surface of ``reports.chart``:
-grouped bars (accuracy, forwards per token), the accuracy-throughput scatter, the latency boxes and the decode
-order lines."""
+grouped bars (accuracy, forwards per token), the accuracy-throughput scatter, the latency boxes, the decode order
+lines and the pass@k curves of repeated samples."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import NullLocator
 
 from reports.chart import Chart, Mark, colour, hatch, legend_below, marker, new_figure, render, tidy
 from reports.decode_order import POSITION_BINS, order_curve
 from reports.point_labels import marker_box, place_labels
+from reports.repeated_tables import repeated_cells, repeated_tasks
 from reports.report_data import ReportData
 from reports.tables import mean_or_none, pct
 
@@ -279,3 +281,61 @@ def order_lines(data: ReportData) -> dict[str, Chart]:
                      [c[1] for c in curves] + ["strictly left to right"])
         out[task] = render(fig)
     return out
+
+
+# --- pass@k of repeated samples -------------------------------------------------------------------------------------
+
+LOG_K_FROM = 16  # a curve to k = 16 or more is drawn on a log2 axis (pass@k moves most at small k)
+
+
+def pass_at_curves(data: ReportData) -> dict[str, Chart]:
+    """Per task where some model drew K > 1 samples per item of a 0/1 metric, pass@k in % for k = 1..K, one line
+    per such model with its item-clustered 95% interval shaded; a mark at every point (``Chart.marks``, in k order
+    per model)."""
+    out: dict[str, Chart] = {}
+    for task in repeated_tasks(data):
+        cells = repeated_cells(data, task, with_pass_at=True)
+        if not cells:
+            continue  # a graded metric: no pass@k
+        fig = new_figure(7.0, 4.6)
+        ax = fig.add_subplot()
+        handles, names, placed = [], [], []
+        for i, cell in cells:
+            r = cell.repeated
+            assert r is not None
+            points = [(k, e) for k, e in enumerate(r.pass_at, start=1) if e.value is not None]
+            ks = [k for k, _ in points]
+            ys = [100.0 * e.value for _, e in points]  # type: ignore[operator]
+            bounded = [(k, e) for k, e in points if e.ci_low is not None and e.ci_high is not None]
+            if bounded:
+                ax.fill_between([k for k, _ in bounded], [100.0 * e.ci_low for _, e in bounded],  # type: ignore
+                                [100.0 * e.ci_high for _, e in bounded], color=colour(i), alpha=0.15, lw=0)
+            handles.append(ax.plot(ks, ys, color=colour(i), marker=marker(i), markersize=5 if len(ks) <= 16 else 3,
+                                   lw=1.6, markeredgecolor="black", markeredgewidth=0.6, clip_on=False, zorder=3)[0])
+            items = "" if r.items is None else f", {r.items} items"
+            names.append(f"{cell.label} (K = {r.samples_per_item}{items})")
+            placed += [(cell.label, float(k), y, colour(i)) for k, y in zip(ks, ys)]
+        largest = max(c.repeated.samples_per_item for _, c in cells)  # type: ignore[union-attr]
+        _k_axis(ax, largest)
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("k (samples drawn per item)")
+        ax.set_ylabel("pass@k (%)")
+        tidy(ax, f"pass@k: {task} (95% interval, clustered by item)")
+        legend_below(fig, handles, names, most_columns=2)
+        chart = render(fig)
+        out[task] = replace(chart, marks=tuple(Mark(label, task, y, *_pixel(fig, ax, k, y), col)
+                                               for label, k, y, col in placed))
+    return out
+
+
+def _k_axis(ax: Axes, largest: int) -> None:
+    """Whole k only: every k up to 15, else a log2 axis ticked at the powers of two and the largest K."""
+    if largest >= LOG_K_FROM:
+        ax.set_xscale("log", base=2)
+        ticks = sorted({2 ** e for e in range(int(np.log2(largest)) + 1)} | {largest})
+        ax.set_xticks(ticks, [str(t) for t in ticks])
+        ax.xaxis.set_minor_locator(NullLocator())  # a log axis' minor ticks would be labelled 3, 5, 6, 7, ...
+        ax.set_xlim(0.9, largest * 1.1)
+    else:
+        ax.set_xticks(range(1, largest + 1))
+        ax.set_xlim(0.7, largest + 0.3)

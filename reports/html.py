@@ -22,11 +22,15 @@ from harness.run.folder import Run, RunFolder
 from reports import figures
 from reports.attribution_table import attribution_frame
 from reports.browser import CORRECT_AT, BrowserLimits, browser_payload, script_json
+from reports.chart import Chart
 from reports.latency_caption import latency_caption
 from reports.report_data import ReportData, gather, short_run_names
 from reports.published import SOURCE, PublishedCell
-from reports.tables import (MANIFEST_COLUMNS, SERVED_NOTE, diagnostics_frame, manifest_rows, mean_or_none, paper_grid,
-                            published_frame, published_reference_frame, served_speed_frame, speed_frame, write_tables)
+from reports.repeated import k_note
+from reports.repeated_tables import agreement_frame, pass_at_frame, repeated_tasks
+from reports.tables import (AVG_NOTE, MANIFEST_COLUMNS, SERVED_NOTE, diagnostics_frame, manifest_rows, mean_or_none,
+                            paper_grid, published_frame, published_reference_frame, served_speed_frame, speed_frame,
+                            write_tables)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -47,6 +51,18 @@ class PublishedView:
     source: str
     cells: tuple[PublishedCell | None, ...]
     average: PublishedCell | None
+    k_notes: tuple[str | None, ...] = ()  # per cell: where its k is not the measured K, or not stated
+
+
+@dataclass(frozen=True)
+class RepeatedView:
+    """One task's repeated samples: its pass@k curve, pass@k at a few k, and how often each model's samples
+    agree."""
+
+    task: str
+    chart: Chart | None  # None where no model's metric is 0/1 (no pass@k)
+    pass_at: TableView
+    agreement: TableView
 
 
 @dataclass(frozen=True)
@@ -83,8 +99,18 @@ def published_rows(data: ReportData) -> dict[str, PublishedView | None]:
         average = (PublishedCell(mean_or_none([c.accuracy for c in present]),  # type: ignore[arg-type]
                                  mean_or_none([c.tokens_per_second for c in present]))
                    if present else None)
-        out[grid_row.label] = PublishedView(published.label, published.source, cells, average) if present else None
+        notes = tuple(None if cell is None or (measured := data.cell(grid_row.label, task)) is None
+                      else k_note(measured.samples, cell.samples) for cell, task in zip(cells, data.tasks))
+        out[grid_row.label] = (PublishedView(published.label, published.source, cells, average, notes)
+                               if present else None)
     return out
+
+
+def repeated_views(data: ReportData) -> list[RepeatedView]:
+    """Per task where some model drew several samples per item, in the report's task order."""
+    curves = figures.pass_at_curves(data)
+    return [RepeatedView(task, curves.get(task), table_view(pass_at_frame(data, task), 1),
+                         table_view(agreement_frame(data, task), 1)) for task in repeated_tasks(data)]
 
 
 def run_info(run: Run, short: str) -> RunInfo:
@@ -123,6 +149,8 @@ def render_report(data: ReportData, limits: BrowserLimits = BrowserLimits()) -> 
         "grid": paper_grid(data),
         "best": best_per_task(data),
         "published_rows": published_rows(data),
+        "repeated": repeated_views(data),
+        "avg_note": AVG_NOTE if any(c.samples > 1 for c in data.cells) else "",
         "figures": {
             "tradeoff": figures.tradeoff_scatter(data),
             "accuracy": figures.accuracy_bars(data),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,6 +12,7 @@ from harness.run.compare import Labelled, comparability_warnings, label_results
 from harness.run.folder import Run, load_run
 from harness.run.records import SampleRecord
 from reports.published import COLUMNS, paper_column
+from reports.repeated import Repeated, number, parse_repeated, samples_of
 
 
 class ReportError(UserError, ValueError):
@@ -44,6 +44,8 @@ class Cell:
     timed_samples: int | None = None
     low_sample: bool = False  # the speed figures rest on fewer timed samples than the run's stated minimum
     served_speed: dict[str, Any] = field(default_factory=dict)  # a model served over HTTP: its client-side figures
+    samples: int = 1  # samples per item (--samples K); value is then avg@K, and n is items x K
+    repeated: Repeated | None = None  # pass@k, maj@K and agreement where K > 1
 
     @property
     def forwards_per_token(self) -> float | None:
@@ -86,32 +88,34 @@ class ReportData:
         return None if cell is None else (cell.manifest.get("model") or {}).get("kind")
 
 
-def _number(value: Any) -> float | None:
-    if value is None:
-        return None
+def repeated_block(entry: Labelled) -> Repeated | None:
+    """A result's ``repeated`` block, typed; a block the report cannot read is a ReportError naming the result."""
+    r = entry.result
+    raw = getattr(r, "repeated", None)
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number
+        return parse_repeated(r.extra.get("repeated") if raw is None else raw)
+    except ValueError as error:
+        raise ReportError(f"{entry.model} on {entry.task} in {entry.run.name}: {error}") from None
 
 
 def to_cell(entry: Labelled) -> Cell:
     r = entry.result
     ci = r.primary.get("ci95") or [None, None]
+    repeated = repeated_block(entry)
     speed = r.speed
     return Cell(
         label=entry.label, model=entry.model, task=entry.task, run=entry.run.name, metric=r.primary_metric,
-        value=_number(r.primary.get("value")), ci_low=_number(ci[0]), ci_high=_number(ci[1]), n=int(r.n_samples),
-        tokens_per_second=_number(speed.get("tokens_per_second")),
-        tokens_per_forward=_number(speed.get("tokens_per_forward")),
-        forwards_per_sample=_number(speed.get("forwards_per_sample")),
-        canvas_tokens=speed.get("canvas_tokens"), gen_tokens_mean=_number(speed.get("gen_tokens_mean")),
-        latency={k: _number(v) for k, v in (speed.get("latency_s") or {}).items()},
-        combined_tokens_per_second=_number(speed.get("combined_tokens_per_second")),
+        value=number(r.primary.get("value")), ci_low=number(ci[0]), ci_high=number(ci[1]), n=int(r.n_samples),
+        tokens_per_second=number(speed.get("tokens_per_second")),
+        tokens_per_forward=number(speed.get("tokens_per_forward")),
+        forwards_per_sample=number(speed.get("forwards_per_sample")),
+        canvas_tokens=speed.get("canvas_tokens"), gen_tokens_mean=number(speed.get("gen_tokens_mean")),
+        latency={k: number(v) for k, v in (speed.get("latency_s") or {}).items()},
+        combined_tokens_per_second=number(speed.get("combined_tokens_per_second")),
         diagnostics=dict(r.diagnostics), manifest=dict(r.manifest),
         timed_samples=speed.get("timed_samples"), low_sample=bool(speed.get("low_sample")),
         served_speed={k: speed[k] for k in SERVED_FIGURES if k in speed} if is_served(r.manifest) else {},
+        samples=samples_of(r.manifest, repeated), repeated=repeated,
     )
 
 

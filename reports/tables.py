@@ -17,7 +17,9 @@ import pandas as pd
 from harness.run.compare import MODEL_FIELDS, TASK_FIELDS, implementation_label
 from harness.run.folder import RunFolder
 from reports.report_data import Cell, ReportData
-from reports.published import COLUMNS, SOURCE, PublishedRow, published_row, published_table
+from reports.published import COLUMNS, SOURCE, PublishedCell, PublishedRow, published_row, published_table
+from reports.repeated import avg_label, k_note, samples_words
+from reports.repeated_tables import pass_at_long_frame, repeated_summary_frame
 
 
 def pct(value: float | None) -> float | None:
@@ -44,6 +46,13 @@ class GridCell:
     n: int | None = None
     low_sample: bool = False  # speed from too few timed samples
     served: bool = False  # tokens/s timed on the client of an HTTP server, not in process: marked wherever shown
+    samples: int = 1  # samples per item: accuracy is then avg@K, its interval clustered by item
+    items: int | None = None  # items under K > 1 samples (n is items x K)
+    maj: float | None = None  # maj@K, percent, where K > 1 and the task extracts an answer
+
+    @property
+    def k_label(self) -> str:
+        return avg_label(self.samples)
 
 
 @dataclass(frozen=True)
@@ -56,8 +65,10 @@ class GridRow:
 
 
 def grid_cell(cell: Cell) -> GridCell:
+    r = cell.repeated
     return GridCell(pct(cell.value), pct(cell.ci_low), pct(cell.ci_high), cell.tokens_per_second, cell.n,
-                    cell.low_sample, cell.served)
+                    cell.low_sample, cell.served, cell.samples, None if r is None else r.items,
+                    None if r is None or r.maj is None else pct(r.maj.value))
 
 
 def paper_grid(data: ReportData) -> list[GridRow]:
@@ -75,6 +86,8 @@ def paper_grid(data: ReportData) -> list[GridRow]:
 
 
 SERVED_MARK = " (served over HTTP)"
+AVG_NOTE = ("A figure marked avg@K is the mean over K samples per item, its 95% interval clustered by item (an item's "
+            "K samples are one draw, not K), and n is items × K; maj@K is the majority vote over an item's K answers.")
 SERVED_NOTE = ("Served over HTTP (openai:): each request timed on this side of the wire, from sending to its last "
                "byte, the network and the server's queue included; the server's own token count. Not measured the "
                "way the in-process models above are: compare these with each other, not with those.")
@@ -85,7 +98,10 @@ def cell_text(cell: GridCell | None, with_ci: bool = True) -> str:
         return "-"
     ci = f" [{fmt(cell.ci_low, 1)}, {fmt(cell.ci_high, 1)}]" if with_ci and cell.ci_low is not None else ""
     few = " (few timed samples)" if cell.low_sample else ""
-    return f"{fmt(cell.accuracy)}{ci} / {fmt(cell.tokens_per_second)} tok/s{SERVED_MARK if cell.served else ''}{few}"
+    k = f" {cell.k_label}" if cell.k_label else ""
+    maj = f", maj@{cell.samples} {fmt(cell.maj)}" if cell.maj is not None else ""
+    return (f"{fmt(cell.accuracy)}{k}{ci}{maj} / {fmt(cell.tokens_per_second)} tok/s"
+            f"{SERVED_MARK if cell.served else ''}{few}")
 
 
 def paper_frame(data: ReportData) -> pd.DataFrame:
@@ -108,6 +124,7 @@ def summary_frame(data: ReportData) -> pd.DataFrame:
     for c in data.cells:
         record: dict[str, Any] = {
             "model": c.label, "run": c.run, "task": c.task, "metric": c.metric, "n": c.n,
+            "samples_per_item": c.samples,
             "accuracy_pct": pct(c.value), "ci95_low_pct": pct(c.ci_low), "ci95_high_pct": pct(c.ci_high),
             "tokens_per_second": c.tokens_per_second,
             "combined_tokens_per_second": c.combined_tokens_per_second, "tokens_per_forward": c.tokens_per_forward,
@@ -191,7 +208,14 @@ def diagnostics_frame(data: ReportData) -> pd.DataFrame:
 # --- published beside measured ----------------------------------------------------------------------------------------
 
 PUBLISHED_COLUMNS = ("model", "task", "published row", "n", "measured accuracy %", "published accuracy %",
-                     "measured tokens/s", "published tokens/s", "published benchmark", "source")
+                     "samples per item", "measured tokens/s", "published tokens/s", "published benchmark", "source")
+
+
+def samples_text(measured: int, published: PublishedCell) -> str:
+    """Whether a measured figure and a published cell are over the same samples per item: "same (avg@8)", or the
+    note that says how they differ (``reports.repeated.k_note``)."""
+    note = k_note(measured, published.samples)
+    return f"same ({samples_words(measured)})" if note is None else note
 
 
 def published_frame(data: ReportData) -> pd.DataFrame:
@@ -206,6 +230,7 @@ def published_frame(data: ReportData) -> pd.DataFrame:
         records.append({
             "model": c.label, "task": c.task, "published row": row.label, "n": c.n,
             "measured accuracy %": pct(c.value), "published accuracy %": published.accuracy,
+            "samples per item": samples_text(c.samples, published),
             "measured tokens/s": c.tokens_per_second, "published tokens/s": published.tokens_per_second,
             "published benchmark": published.note or "same", "source": row.source,
         })
@@ -300,7 +325,8 @@ def markdown_table(frame: pd.DataFrame) -> str:
 
 def markdown_report(data: ReportData) -> str:
     parts = ["# Evaluation tables", "",
-             "Accuracy in % with its 95% Wilson interval / tokens per second (generated tokens until EOS).", ""]
+             "Accuracy in % with its 95% Wilson interval / tokens per second (generated tokens until EOS)."
+             + (f" {AVG_NOTE}" if any(c.samples > 1 for c in data.cells) else ""), ""]
     if data.warnings:
         parts += ["**Comparability warnings**", ""] + [f"- {w}" for w in data.warnings] + [""]
     parts += ["## Accuracy and throughput", "", markdown_table(paper_frame(data)), ""]
@@ -308,6 +334,10 @@ def markdown_report(data: ReportData) -> str:
     served = served_speed_frame(data)
     if not served.empty:
         parts += ["## Speed of models served over HTTP", "", SERVED_NOTE, "", markdown_table(served), ""]
+    repeated = repeated_summary_frame(data)
+    if not repeated.empty:
+        parts += ["## Repeated samples per item (avg@K, pass@K, maj@K and agreement, in %)", "",
+                  markdown_table(repeated), ""]
     parts += ["## Diagnostics (rates in %)", "", markdown_table(diagnostics_frame(data)), ""]
     published = published_frame(data)
     parts += ["## Published figures beside measured (each row's source; not measured here)", "",
@@ -326,6 +356,8 @@ def write_tables(data: ReportData, folder: RunFolder) -> list[Path]:
         "published": published_frame(data),
         "manifests": manifest_frame(data),
         **({"served": served} if not (served := served_speed_frame(data)).empty else {}),
+        **({"repeated": repeated} if not (repeated := repeated_summary_frame(data)).empty else {}),
+        **({"pass_at_k": passes} if not (passes := pass_at_long_frame(data)).empty else {}),
     }
     written = [folder.write_table(table, frame.to_csv(index=False)) for table, frame in frames.items()]
     written.append(folder.write_tables_markdown(markdown_report(data)))

@@ -78,6 +78,7 @@ def math_verify_score(output: str, answer: int) -> tuple[str | None, float]:
 
 class AIME(Task):
     primary_metric = MATH_VERIFY
+    answer_key = "math_verify"
     metrics = (MATH_VERIFY,)
     canvas_tokens = 4096
     equivalent_lm_eval_task = "aime24 / aime25 (prompt and checker differ: OpenCompass's prompt, math-verify)"

@@ -51,6 +51,9 @@ class Task(ABC):
     canvas_tokens: int = 512
     equivalent_lm_eval_task: str = ""  # the lm-eval task this one follows, shown in the report's manifests
     paper_column: str = ""  # the ReFusion paper's Table 1 column; the report puts published figures beside it
+    # the key of a sample's ``extracted`` that holds its answer, for the majority vote over an item's repeated samples
+    # (maj@K); None where the task extracts no answer to vote on (code, instructions)
+    answer_key: str | None = None
 
     def docs(self, records: Sequence[dict[str, Any]]) -> list[Doc]:
         """Turn dataset records into documents in a deterministic order. Override to filter or to add groups."""

@@ -73,6 +73,11 @@ class ExtractionTask(Task):
     def target(self, doc: Doc) -> str:
         """The gold answer as the metric compares it."""
 
+    @property
+    def answer_key(self) -> str:  # type: ignore[override]
+        """The primary metric's filter: its extraction is the answer a majority vote counts."""
+        return self.primary_metric.split(",")[1]
+
     def pipelines_for(self, doc: Doc) -> Sequence[Pipeline]:
         """The pipelines that score this document: the task's own, unless its subsets extract differently (BBH)."""
         return self.pipelines

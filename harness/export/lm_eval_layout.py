@@ -157,9 +157,19 @@ SAMPLE_NUMBERS = ("gen_tokens", "latency_s", "nfe", "request_latency_s", "reques
                   "first_chunk_s", "chunks", "retries")
 
 
+def items_of(records: Sequence[SampleRecord]) -> list[list[SampleRecord]]:
+    """The records by item, in the run's order; an item's repeated samples (``--samples``) in sample order."""
+    items: dict[Any, list[SampleRecord]] = {}
+    for position, record in enumerate(records):
+        items.setdefault(position if record.doc_id is None else record.doc_id, []).append(record)
+    return [sorted(item, key=lambda r: r.sample) for item in items.values()]
+
+
 def sample_lines(entry: ResultEntry, records: Sequence[SampleRecord]) -> list[dict[str, Any]]:
     """One line per item and filter, as lm-eval logs samples: items in the run's order (``doc_id`` is the position
-    in the evaluated split), filters in the order the task's metrics name them."""
+    in the evaluated split), filters in the order the task's metrics name them. An item's repeated samples are its
+    responses, as lm-eval's ``repeats`` logs them (``resps`` and ``filtered_resps`` one per sample), and its
+    metrics their mean; the numbers per sample line are the first sample's."""
     utils = _lm_eval_utils()
     by_filter: dict[str, list[str]] = {}
     for key in entry.metrics:
@@ -167,21 +177,25 @@ def sample_lines(entry: ResultEntry, records: Sequence[SampleRecord]) -> list[di
         by_filter.setdefault(filt, []).append(metric)
     lines = []
     for filt, metrics in by_filter.items():
-        for position, record in enumerate(records):
+        for position, item in enumerate(items_of(records)):
+            record = item[0]
             doc = {"id": record.doc_id, **({"group": record.group} if record.group is not None else {}),
                    "target": record.target}
-            extracted = record.extracted if isinstance(record.extracted, dict) else {}
-            filtered = extracted.get(filt, extracted.get(metrics[0], record.text))
+            filtered = []
+            for sample in item:
+                extracted = sample.extracted if isinstance(sample.extracted, dict) else {}
+                filtered.append(str(extracted.get(filt, extracted.get(metrics[0], sample.text))))
             arguments = {"gen_args_0": {"arg_0": record.prompt, "arg_1": {"max_gen_toks": record.canvas_tokens}}}
             line: dict[str, Any] = {
                 "doc_id": position, "doc": doc, "target": str(record.target), "arguments": arguments,
-                "resps": [[record.raw_text]], "filtered_resps": [str(filtered)], "filter": filt,
+                "resps": [[sample.raw_text for sample in item]], "filtered_resps": filtered, "filter": filt,
                 "metrics": metrics,
                 "doc_hash": utils.hash_string(json.dumps(doc, indent=2, default=str, ensure_ascii=False)),
                 "prompt_hash": utils.hash_string(record.prompt), "target_hash": utils.hash_string(str(record.target)),
             }
             for metric in metrics:
-                line[metric] = float((record.scores or {}).get(f"{metric},{filt}", 0.0))
+                scores = [float((sample.scores or {}).get(f"{metric},{filt}", 0.0)) for sample in item]
+                line[metric] = sum(scores) / len(scores)
             data = record.to_json()
             line.update({name: float(v) for name in SAMPLE_NUMBERS if (v := _number(data.get(name))) is not None})
             lines.append(line)

@@ -3,7 +3,8 @@
 Accuracy, for each (model, task) of the baseline:
   * both runs carry sample records: items are paired by ``doc_id`` (the sample key would do for identical settings,
     but it also hashes the decoding configuration, and the doc id is what identifies an item); 0/1 scores go into an
-    exact McNemar test on the discordant pairs, other scores into a paired t-test;
+    exact McNemar test on the discordant pairs, other scores into a paired t-test; with repeated samples per item
+    (``--samples``) an item's figure is its samples' mean, one cluster, and the paired t-test runs over items;
   * otherwise an unpaired test on the summaries: Fisher's exact test on the 2x2 table of right/wrong counts for 0/1
     metrics (recognised by their stderr being sqrt(p(1-p)/(n-1))), a Welch z-test on mean ± stderr for others.
   The p-values are Holm-corrected across every (model, task) compared. A regression is a drop larger than the
@@ -25,13 +26,15 @@ from typing import Any, Sequence
 from harness.errors import UserError
 from harness.run.compare import describe_difference, field_differences, implementation_label
 from harness.gate.drift import forwards_per_token, output_drift, shared_docs
-from harness.gate.power import NOT_GATED_POINTS, Power, items_needed, no_power, paired_power, unpaired_power
+from harness.gate.power import (NOT_GATED_POINTS, Power, clustered_power, items_needed, no_power, paired_power,
+                                unpaired_power)
 from harness.gate.verdict import (NOT_COMPARABLE, PASS, REGRESSION, GateError, GateReport, GateRow, GateSettings,
                                  Speed)
 from harness.gate.retiming import read_speed, speed_entry
 from harness.run.folder import Run, load_run
 from harness.run.records import ResultEntry, SampleRecord, as_json
-from harness.stats.significance import AccuracyTest, PairingError, pair_by_doc, paired_test, unpaired_test
+from harness.stats.significance import (AccuracyTest, PairingError, clustered_test, pair_by_doc, paired_test,
+                                        unpaired_test)
 from harness.stats.estimates import holm_adjust
 
 # --- comparing two runs ---------------------------------------------------------------------------------------------
@@ -83,7 +86,9 @@ def accuracy_test(base: ResultEntry, cand: ResultEntry, base_samples: list[Sampl
     metric = base.primary_metric
     if base_samples and cand_samples:
         try:
-            return paired_test(pair_by_doc(as_json(base_samples), as_json(cand_samples), metric, where))
+            pairs = pair_by_doc(as_json(base_samples), as_json(cand_samples), metric, where)
+            repeated = any(s.sample for s in (*base_samples, *cand_samples))
+            return clustered_test(pairs) if repeated else paired_test(pairs)
         except PairingError as error:
             raise GateError(str(error)) from None
     b, c = base.metrics.get(metric), cand.metrics.get(metric)
@@ -96,6 +101,8 @@ def accuracy_test(base: ResultEntry, cand: ResultEntry, base_samples: list[Sampl
 
 
 def power_of(test: AccuracyTest, alpha: float, m: int) -> Power:
+    if test.item_sd is not None:
+        return clustered_power(test.n_baseline, test.item_sd, alpha, m)
     if test.test.startswith("McNemar"):
         return paired_power(test.n_baseline, alpha, m)
     if test.test.startswith("Fisher"):
@@ -108,9 +115,14 @@ def check_power(where: str, power: Power, settings: GateSettings) -> None:
     if settings.allow_underpowered or power.detects(settings.max_accuracy_drop):
         return
     needed = items_needed(power, settings.max_accuracy_drop)
-    unit = "paired items" if power.test == "mcnemar" else "items per side"
-    smallest = ("no drop of at most n items is significant" if power.min_items is None
-                else f"the smallest significant drop is {power.min_items} items, {power.min_drop_points:.1f} points")
+    unit = "paired items" if power.test in ("mcnemar", "clustered") else "items per side"
+    if power.test == "clustered":
+        smallest = ("fewer than two items, no spread to judge by" if power.min_drop_points is None else
+                    f"the smallest significant drop of the items' mean scores is {power.min_drop_points:.1f} points")
+    else:
+        smallest = ("no drop of at most n items is significant" if power.min_items is None
+                    else f"the smallest significant drop is {power.min_items} items, {power.min_drop_points:.1f} "
+                         f"points")
     need = (f"it needs n >= {needed}" if needed is not None else "no n can detect it (raise --max-accuracy-drop)")
     family = round(settings.alpha / power.threshold)
     raise GateError(f"underpowered: {where}: {power.n} {unit} cannot detect a drop of "

@@ -55,8 +55,13 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def request_name(record: SampleRecord) -> str:
+    """The item a record answers, and which of its repeated samples after the first."""
+    return str(record.doc_id) if not record.sample else f"{record.doc_id} sample {record.sample}"
+
+
 def _by_doc(records: Sequence[SampleRecord]) -> dict[str, SampleRecord]:
-    return {str(r.doc_id): r for r in records}
+    return {request_name(r): r for r in records}
 
 
 def output_drift(base: Sequence[SampleRecord], cand: Sequence[SampleRecord], decoding: dict[str, Any]) -> Drift:
@@ -77,7 +82,7 @@ def output_drift(base: Sequence[SampleRecord], cand: Sequence[SampleRecord], dec
 def forwards_per_token(records: Sequence[SampleRecord], docs: set[str] | None = None) -> float | None:
     """Forwards each row took part in per generated token over the given doc ids (all when None; the inverse of
     tokens per forward); None without tokens or where a record's forwards are unknown."""
-    chosen = [r for r in records if docs is None or str(r.doc_id) in docs]
+    chosen = [r for r in records if docs is None or request_name(r) in docs]
     tokens = sum(r.gen_tokens for r in chosen)
     forwards = [row_forwards(r) for r in as_json(chosen)]
     if not tokens or any(f is None for f in forwards):

@@ -26,19 +26,25 @@ NOT_GATED_POINTS = 100.0  # a tolerance of 100 points tolerates every drop: accu
 class Power:
     """What one accuracy comparison can detect."""
 
-    test: str  # "mcnemar" | "fisher" | "none" (graded scores: no exact bound)
-    n: int  # paired items (McNemar) or candidate items (Fisher)
+    test: str  # "mcnemar" | "fisher" | "clustered" (items' means of repeated samples) | "none" (graded scores)
+    n: int  # paired items (McNemar, clustered) or candidate items (Fisher)
     min_items: int | None  # the smallest detectable drop in items; None when no drop of at most n items is
     threshold: float  # alpha / m
+    item_sd: float | None = None  # clustered: the spread of an item's mean score (significance.clustered_test)
 
     @property
     def min_drop_points(self) -> float | None:
+        if self.test == "clustered":
+            return clustered_min_points(self.item_sd, self.n, self.threshold)
         return None if self.min_items is None else 100.0 * self.min_items / self.n
 
     def detects(self, tolerance_points: float) -> bool:
         """Whether the smallest drop the gate would flag at this tolerance is also significant."""
         if self.test == "none" or tolerance_points >= NOT_GATED_POINTS:
             return True
+        if self.test == "clustered":
+            smallest = self.min_drop_points
+            return smallest is not None and smallest <= tolerance_points
         return self.min_items is not None and smallest_flagged(tolerance_points, self.n) >= self.min_items
 
 
@@ -63,6 +69,24 @@ def fisher_min_items(threshold: float, n_base: int, n_cand: int) -> int | None:
         if float(scipy_stats.fisher_exact([[n_base, 0], [n_cand - k, k]]).pvalue) < threshold:
             return k
     return None
+
+
+def clustered_min_points(item_sd: float | None, n: int, threshold: float) -> float | None:
+    """The smallest drop in points a two-sided z-test over n items' means reaches ``threshold`` at, when an item's
+    figure spreads by ``item_sd`` on either side together (sqrt(var_b + var_c): the paired test does at least as
+    well when the two runs' items move together). None where the spread is unknown (fewer than two items)."""
+    if item_sd is None or math.isnan(item_sd) or n < 2:
+        return None
+    return clustered_scale(item_sd, threshold) / math.sqrt(n)
+
+
+def clustered_scale(item_sd: float, threshold: float) -> float:
+    """``clustered_min_points`` times sqrt(n): the bound in points were there one item."""
+    return 100.0 * float(scipy_stats.norm.isf(threshold / 2)) * item_sd
+
+
+def clustered_power(n: int, item_sd: float | None, alpha: float, m: int) -> Power:
+    return Power("clustered", n, None, alpha / m, item_sd)
 
 
 def paired_power(n: int, alpha: float, m: int) -> Power:
@@ -91,6 +115,11 @@ def items_needed(power: Power, tolerance_points: float, cap: int = 10_000_000) -
 
     if tolerance_points <= 0:
         return None
+    if power.test == "clustered":  # the bound shrinks as 1 / sqrt(n): solved directly
+        if power.item_sd is None or math.isnan(power.item_sd):
+            return None
+        needed = max(2, math.ceil((clustered_scale(power.item_sd, power.threshold) / tolerance_points) ** 2))
+        return needed if needed <= cap else None
     high = max(power.n, 1)
     while not ok(high):
         high *= 2

@@ -65,6 +65,7 @@ class SampleRecord:
 
     key: str | None = None  # the sample key (harness.run.store.sample_key); None outside a run (the lm-eval bridge)
     doc_id: str | None = None
+    sample: int = 0  # which of the item's repeated samples (--samples); written only after the first
     prompt: str
     text: str
     raw_text: str
@@ -98,7 +99,8 @@ class SampleRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in _json(self).items()
-                if not (k in WHEN_SET and v is None) and not (k in SCORING and self.scores is None)}
+                if not (k in WHEN_SET and v is None) and not (k in SCORING and self.scores is None)
+                and not (k == "sample" and v == 0)}
 
     @property
     def scored(self) -> bool:

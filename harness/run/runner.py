@@ -28,6 +28,7 @@ from harness.run.ranks import DistContext
 from harness.run.folder import RunFolder, check_writable, removed_if_left_empty
 from harness.run.presets import SMOKE_CANVAS, smoke_canvas
 from harness.run.records import ResultEntry, ResultsFile, SampleRecord, as_json
+from harness.run.repeats import SAMPLES, draws_nothing
 from harness.run.schedule import CONTINUOUS
 from harness.run.threads import apply_threads
 from harness.run.store import SampleStore, sample_key, versioned_key
@@ -65,6 +66,7 @@ class RunSettings:
     threads: int | None = None  # torch CPU threads (harness.run.threads); None leaves torch's setting
     schedule: str = CONTINUOUS  # rows in flight (at most batch_size) where the decoder keeps them, else static
     reuse_stale: bool = False  # keep samples another version of their decoder stored (else they are regenerated)
+    samples: int | None = None  # generations per item (--samples); None: the preset's for the task, else 1
 
 
 @dataclass(frozen=True)
@@ -74,31 +76,36 @@ class PlannedSample:
     request: GenerationRequest
     key: str  # ``base_key`` at the decoder's version (harness.run.store.versioned_key)
     base_key: str  # what determines the sample apart from the decoder's version (harness.run.store.sample_key)
+    sample: int = 0  # which of the item's repeated samples
 
 
-def to_request(prompt: TaskPrompt, canvas_tokens: int) -> GenerationRequest:
+def to_request(prompt: TaskPrompt, canvas_tokens: int, sample: int = 0) -> GenerationRequest:
     turns = []
     if prompt.system is not None:
         turns.append(Message("system", prompt.system))
     turns.append(Message("user", prompt.user))
     if prompt.prefill is not None:
         turns.append(Message("assistant", prompt.prefill))
-    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas_tokens, stop=prompt.stop)
+    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas_tokens, stop=prompt.stop, sample=sample)
 
 
 def plan(task: Task, docs: Sequence[Doc], adapter: ModelAdapter, decoding: dict[str, Any], canvas: int,
-         seed: int, batch_size: int = 1) -> list[PlannedSample]:
-    """Each doc's prompt, request and sample key; ``decoding`` is the config's ``record``. Batched outputs may
-    differ from batch-1 outputs at near-ties, so the batch size is part of a sample's key; so is the decoder's
-    version (from version 2 on: a version-1 key is the key of a store written before versions existed)."""
+         seed: int, batch_size: int = 1, samples: int = 1) -> list[PlannedSample]:
+    """Each doc's prompt, and for each of its ``samples`` a request and a sample key; ``decoding`` is the config's
+    ``record``. Batched outputs may differ from batch-1 outputs at near-ties, so the batch size is part of a
+    sample's key; so is the decoder's version (from version 2 on: a version-1 key is the key of a store written
+    before versions existed) and, after an item's first sample, the sample's index (the first keeps the key
+    one-sample runs stored it under, so a run with more samples extends a stored one)."""
     identity, version = adapter.identity(), adapter.decoder.version
     planned = []
     for doc in docs:
         prompt = task.prompt(doc)
-        key = sample_key(model=identity, decoding=decoding, task=task.name, task_version=task.version,
-                         doc=doc.id, prompt=dataclasses.asdict(prompt), canvas=canvas, seed=seed,
-                         batch_size=batch_size)
-        planned.append(PlannedSample(doc, prompt, to_request(prompt, canvas), versioned_key(key, version), key))
+        for index in range(samples):
+            key = sample_key(model=identity, decoding=decoding, task=task.name, task_version=task.version,
+                             doc=doc.id, prompt=dataclasses.asdict(prompt), canvas=canvas, seed=seed,
+                             batch_size=batch_size, **({"sample": index} if index else {}))
+            planned.append(PlannedSample(doc, prompt, to_request(prompt, canvas, index),
+                                         versioned_key(key, version), key, index))
     return planned
 
 
@@ -120,7 +127,8 @@ def generate_missing(adapter: ModelAdapter, config: Any, pending: Sequence[Plann
     rows = settings.batch_size
     for batch in generate_batches(adapter, config, [p.request for p in pending], loop,
                                   note=lambda message: bar.write(f"note: {message}")):
-        store.append([dataclasses.replace(record, key=pending[i].key, doc_id=pending[i].doc.id)
+        store.append([dataclasses.replace(record, key=pending[i].key, doc_id=pending[i].doc.id,
+                                          sample=pending[i].sample)
                       for i, record in zip(batch.indices, batch.records)])
         bar.update(len(batch.indices))
         rows = min(rows, batch.rows)
@@ -134,7 +142,7 @@ def score_samples(task: Task, planned: Sequence[PlannedSample], stored: dict[str
     """Score every stored generation of this plan, in plan order; the scorer runs on all of them at once."""
     present = [p for p in planned if p.key in stored]
     scores = task.score([p.doc for p in present], [stored[p.key].text for p in present])
-    return [dataclasses.replace(stored[p.key], group=p.doc.group, target=score.target, extracted=score.extracted,
+    return [dataclasses.replace(stored[p.key], sample=p.sample, group=p.doc.group, target=score.target, extracted=score.extracted,
                                 scores=score.scores, diagnostics=score.diagnostics,
                                 extra={**stored[p.key].extra, **order_record(stored[p.key].to_json())})
             for p, score in zip(present, scores)]
@@ -151,6 +159,7 @@ class Job:
     config: Any  # resolved once, in plan_job: typed, seeded, at the canvas, validated
     decoding: dict[str, Any]  # its record: what the sample keys and the manifest hold
     canvas: int
+    samples: int  # generations per item
     planned: list[PlannedSample]
     n_items: int | None = None  # the task's items before --limit (an export's n-samples "original")
 
@@ -176,6 +185,7 @@ class Runner:
         self.device = resolve_device(settings.device, dist_ctx.local_rank)
         self.dtype = parse_dtype(settings.dtype, self.device)
         self._noted_static: set[str] = set()
+        self._noted_identical: set[str] = set()
 
     def note(self, message: str) -> None:
         if self.dist.is_main:
@@ -277,13 +287,19 @@ class Runner:
             self.note(f"{task.name}: --limit {s.limit} is more than its {len(every)} items; running all "
                       f"{len(every)}")
         overrides = {**spec.overrides_for(task.name, s.preset), **s.model_args.get(spec.name, {})}
-        preset_canvas = overrides.pop("gen_length", None)  # a canvas is the request's, not a decoder option
+        # a canvas is the request's and a sample count the run's, not decoder options
+        preset_canvas, preset_samples = overrides.pop("gen_length", None), overrides.pop(SAMPLES, None)
         canvas = (s.gen_length or coerce(spec.name, "gen_length", preset_canvas, int | None) or smoke_canvas(s.preset)
                   or task.canvas_tokens)
+        samples = s.samples or coerce(spec.name, SAMPLES, preset_samples, int | None) or 1
         config = adapter.make_config(overrides, canvas, s.seed)  # validated here, before any decode
         decoding = record(config)
-        planned = plan(task, docs, adapter, decoding, canvas, s.seed, s.batch_size)
-        return Job(spec, adapter, task, data, config, decoding, canvas, planned, len(every))
+        if samples > 1 and draws_nothing(decoding) and spec.name not in self._noted_identical:
+            self._noted_identical.add(spec.name)
+            self.note(f"{spec.name}: its decoding draws nothing at random (temperature 0), so its {samples} samples "
+                      f"of an item will be identical (set temperature > 0, or drop --samples)")
+        planned = plan(task, docs, adapter, decoding, canvas, s.seed, s.batch_size, samples)
+        return Job(spec, adapter, task, data, config, decoding, canvas, samples, planned, len(every))
 
     def stored(self, job: Job) -> tuple[dict[str, SampleRecord], StaleSamples]:
         """The store's records by key, and the planned samples another version of the decoder stored; with
@@ -349,7 +365,7 @@ class Runner:
         samples = score_samples(job.task, job.planned, stored)
         self.folder.write_samples(job.spec.name, job.task.name, samples)
         summary = aggregate(as_json(samples), job.task.primary_metric, s.batch_size, store.peak_memory(),
-                            self.device.type)
+                            self.device.type, job.task.answer_key)
         return ResultEntry.from_json({
             "model": job.spec.name,
             "task": job.task.name,
@@ -368,6 +384,7 @@ class Runner:
                 "data_sha256": job.data.sha256,
                 "prompt_sha256": prompt_hash(job.planned),
                 "seed": s.seed,
+                **({"samples": job.samples} if job.samples > 1 else {}),  # generations per item
                 "limit": s.limit,
                 "batch_size": s.batch_size,
                 **({"batch_size_settled": settled} if settled is not None else {}),  # out of memory at batch_size

@@ -10,6 +10,7 @@ import numpy as np
 
 from harness.stats.estimates import MetricSummary, summarize
 from harness.stats.order import median_split, order_summary
+from harness.stats.repeated import by_item, repeated_figures
 from harness.stats.significance import unpaired_test
 
 TOKEN_DEFINITION = "generated_until_eos"
@@ -35,27 +36,29 @@ def sample_weight(sample: dict[str, Any], metric: str) -> float | None:
 
 
 def metric_summary(samples: Sequence[dict[str, Any]], metric: str) -> MetricSummary:
-    """The mean over samples; where the task weights the metric (a figure pooled over units inside a sample, such as
-    IFEval's instructions), the pooled ratio sum(weight * score) / sum(weight) instead."""
-    scored = [s for s in samples if metric in s["scores"]]
-    values = [s["scores"][metric] for s in scored]
-    weights = [sample_weight(s, metric) for s in scored]
-    if all(w is None for w in weights):
-        return summarize(values)
-    return pooled_ratio(values, [1.0 if w is None else float(w) for w in weights])
+    """The mean over items, each item's samples one cluster (its mean; with one sample per item, the mean over
+    samples); where the task weights the metric (a figure pooled over units inside a sample, such as IFEval's
+    instructions), the pooled ratio sum(weight * score) / sum(weight) instead. ``n`` counts items."""
+    items = by_item([s for s in samples if metric in s["scores"]])
+    weights = [[sample_weight(s, metric) for s in item] for item in items]
+    if all(w is None for item in weights for w in item):
+        return summarize([sum(s["scores"][metric] for s in item) / len(item) for item in items])
+    return pooled_ratio([[(float(s["scores"][metric]), 1.0 if w is None else float(w)) for s, w in zip(item, ws)]
+                         for item, ws in zip(items, weights)])
 
 
-def pooled_ratio(values: Sequence[float], weights: Sequence[float]) -> MetricSummary:
-    """sum(w*x) / sum(w), with the ratio estimator's standard error, whose units are the samples (the units pooled
-    inside one sample are not independent) and a normal 95% interval."""
-    n, total = len(values), float(sum(weights))
+def pooled_ratio(items: Sequence[Sequence[tuple[float, float]]]) -> MetricSummary:
+    """sum(w*x) / sum(w) over every (score x, weight w) of every item, with the ratio estimator's standard error,
+    whose units are the items (the units pooled inside one sample, and an item's repeated samples, are not
+    independent) and a normal 95% interval."""
+    n, total = len(items), float(sum(w for item in items for _, w in item))
     if n == 0 or total <= 0:
         nan = float("nan")
         return MetricSummary(nan, nan, (nan, nan), n)
-    ratio = sum(w * x for w, x in zip(weights, values)) / total
+    ratio = sum(w * x for item in items for x, w in item) / total
     if n < 2:
         return MetricSummary(ratio, float("nan"), (float("nan"), float("nan")), n)
-    residuals = sum((w * (x - ratio)) ** 2 for w, x in zip(weights, values))
+    residuals = sum(sum(w * (x - ratio) for x, w in item) ** 2 for item in items)
     stderr = math.sqrt(n / (n - 1) * residuals) / total
     return MetricSummary(ratio, stderr, (ratio - 1.96 * stderr, ratio + 1.96 * stderr), n)
 
@@ -227,10 +230,15 @@ def order_split(samples: Sequence[dict[str, Any]], taus: Sequence[float], metric
 
 
 def aggregate(samples: Sequence[dict[str, Any]], primary_metric: str, batch_size: int,
-              peak_memory: int | None, peak_memory_device: str | None = None) -> dict[str, Any]:
+              peak_memory: int | None, peak_memory_device: str | None = None,
+              answer_key: str | None = None) -> dict[str, Any]:
+    """A result's figures; where items have several samples, ``repeated`` (harness.stats.repeated) and every
+    metric's interval over items. ``answer_key``: the task's (``Task.answer_key``), for maj@K."""
+    repeated = repeated_figures(samples, primary_metric, answer_key)
     return {
         "n_samples": len(samples),
         "primary_metric": primary_metric,
+        **({"repeated": repeated} if repeated is not None else {}),
         "metrics": metric_table(samples),
         "groups": group_tables(samples),
         "speed": speed_figures(samples, batch_size, peak_memory, peak_memory_device),

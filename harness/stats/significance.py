@@ -7,10 +7,12 @@ otherwise. No run loop here, so the report side may use it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 from scipy import stats as scipy_stats
 
 from harness.errors import UserError
@@ -33,6 +35,9 @@ class AccuracyTest:
     p_value: float
     right_to_wrong: int | None = None
     wrong_to_right: int | None = None
+    # over repeated samples (items' means): the spread of an item's figure on either side, sqrt(var_b + var_c) of
+    # the item means, which bounds what the test can detect (harness.gate.power.clustered_power)
+    item_sd: float | None = None
 
     @property
     def delta_points(self) -> float:
@@ -59,6 +64,16 @@ def paired_test(pairs: Sequence[tuple[float, float]]) -> AccuracyTest:
     else:
         p = float(scipy_stats.ttest_rel(cand, base).pvalue)
     return AccuracyTest(n, n, mean_b, mean_c, "paired t (graded scores)", p)
+
+
+def clustered_test(pairs: Sequence[tuple[float, float]]) -> AccuracyTest:
+    """The paired t-test over items' mean scores of repeated samples (each item one cluster), with the items'
+    spread for the power bound."""
+    test = paired_test(pairs)
+    n = len(pairs)
+    spread = (float(np.var([b for b, _ in pairs], ddof=1) + np.var([c for _, c in pairs], ddof=1)) ** 0.5
+              if n > 1 else float("nan"))
+    return dataclasses.replace(test, test="paired t over items (repeated samples)", item_sd=spread)
 
 
 def looks_binary(summary: dict[str, Any]) -> bool:
@@ -90,17 +105,19 @@ def unpaired_test(base: dict[str, Any], cand: dict[str, Any]) -> AccuracyTest:
 
 def pair_by_doc(base: Sequence[dict[str, Any]], cand: Sequence[dict[str, Any]], metric: str,
                 where: str) -> list[tuple[float, float]]:
-    """(baseline score, candidate score) for every item both runs scored, in baseline order."""
+    """(baseline score, candidate score) for every item both runs scored, in baseline order; an item's score is
+    the mean over its repeated samples (``sample``), one figure per item."""
     def by_doc(records: Sequence[dict[str, Any]], side: str) -> dict[str, float]:
-        out: dict[str, float] = {}
+        scores: dict[str, dict[int, float]] = {}
         for r in records:
-            doc = str(r["doc_id"])
-            if doc in out:
-                raise PairingError(f"{where}: {side} has doc_id {doc} twice")
+            doc, sample = str(r["doc_id"]), int(r.get("sample", 0))
+            if sample in scores.get(doc, {}):
+                raise PairingError(f"{where}: {side} has doc_id {doc}" + (f" sample {sample}" if sample else "")
+                                   + " twice")
             if metric not in r["scores"]:
                 raise PairingError(f"{where}: a {side} sample of doc_id {doc} has no score {metric}")
-            out[doc] = float(r["scores"][metric])
-        return out
+            scores.setdefault(doc, {})[sample] = float(r["scores"][metric])
+        return {doc: sum(item.values()) / len(item) for doc, item in scores.items()}
 
     b, c = by_doc(base, "baseline"), by_doc(cand, "candidate")
     pairs = [(b[d], c[d]) for d in b if d in c]

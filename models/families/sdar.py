@@ -28,16 +28,17 @@ SDAR = {"enable_thinking": None, "temperature": 0.0, "block_length": 4, "denoisi
         "remasking": "low_confidence_static"}
 # TraDo's evaluation (Gen-Verse/dLLM-RL configs/trado_eval.yaml): the same blocks, dynamic low-confidence remasking
 # above 0.9. By default greedy, like every other entry, so runs compare token for token; that evaluation samples (T 1,
-# no top-k or top-p, three answers per item), which --preset paper does with the per-sample seed.
+# no top-k or top-p, three answers per item, its figures their mean), which --preset paper does: T 1 and three samples
+# an item, each with its own seed.
 TRADO = {**SDAR, "remasking": "low_confidence_dynamic", "confidence_threshold": 0.9}
 # The block-diffusion options a paper preset sets on every task (LLaDA2's too).
 BLOCK_DECODING = ("block_length", "denoising_steps", "remasking", "temperature")
 # The canvases are the evaluations' own: SDAR's eval_sdar_hf.py gen_length 4096, trado_eval.yaml max_token 2000.
-# Beyond the seven: SDAR's Table 1 reports IFEval, TraDo's Table 2 AIME 2024 and LiveCodeBench(-v2), each from the
-# same evaluation.
-SDAR_PAPER = every_task({**{k: SDAR[k] for k in BLOCK_DECODING}, "gen_length": 4096}, also=("ifeval",))
+# Beyond the seven: SDAR's Table 1 reports IFEval and MATH500, TraDo's Table 2 MATH500, AIME 2024 and
+# LiveCodeBench(-v2), each from the same evaluation.
+SDAR_PAPER = every_task({**{k: SDAR[k] for k in BLOCK_DECODING}, "gen_length": 4096}, also=("ifeval", "math500"))
 TRADO_PAPER = every_task({**{k: TRADO[k] for k in (*BLOCK_DECODING, "confidence_threshold")}, "temperature": 1.0,
-                          "gen_length": 2000}, also=("aime24", *LIVECODEBENCH_TASK_NAMES))
+                          "gen_length": 2000, "samples": 3}, also=("math500", "aime24", *LIVECODEBENCH_TASK_NAMES))
 _SDAR_PRESETS = {"paper": SDAR_PAPER}
 _TRADO_PRESETS = {"paper": TRADO_PAPER}
 _SDAR_WHERE = "blocks of 4 in 4 greedy steps, static low-confidence (SDAR's OpenCompass evaluation)"

@@ -134,3 +134,33 @@ def test_two_crowded_runs_read_at_a_glance(tmp_path, crowded_runs, browser, chro
     shown = shown_at(bars, visit.evaluations["images"])
     for mark in bars.marks:  # a zero bar draws nothing; its marker, in the model's colour, must be on screen
         assert colour_near(screenshot, shown["x"] + mark.x, shown["y"] + mark.y, mark.colour), mark
+
+
+def test_pass_at_curve_renders_with_every_point_in_its_colour(tmp_path, repeated_run, browser, chromium_page):
+    """The pass@k curve of a run with repeated samples, as displayed: shown at its own size, each text legible, and
+    every (model, k) point's marker on screen in its model's colour."""
+    page = write_report([repeated_run], tmp_path / "out")
+    visit = chromium_page.visit(browser, page, tmp_path / "profile", ready=READY, full_page=True, expressions={
+        "images": FIGURES,
+        "agreement_rows": "document.querySelectorAll('.agreement tbody tr').length",
+        "nav": "[...document.querySelectorAll('nav a')].some(a => a.getAttribute('href') === '#repeated')",
+        "heads": "[...document.querySelectorAll('#s-list .out-head strong')].map(s => s.textContent)",
+    })
+    assert visit.errors == [] and visit.requests == []
+    assert visit.evaluations["agreement_rows"] == 2 and visit.evaluations["nav"] is True
+    heads = visit.evaluations["heads"]  # 5 AIME items: a's 4 samples, b's 2 and c's one each; 3 GSM8K items
+    assert heads.count("a \u00b7 sample 4 of 4") == 5 and heads.count("b \u00b7 sample 1 of 2") == 5
+    assert heads.count("c") == 5 and heads.count("a") == 3
+    screenshot = Image.open(io.BytesIO(visit.screenshot)).convert("RGB")
+    curve = figures.pass_at_curves(gather([repeated_run]))["aime24"]
+    shown = shown_at(curve, visit.evaluations["images"])
+    scale = shown["w"] / shown["natural"]
+    assert scale > 0.99
+    screenshot.crop((round(shown["x"]), round(shown["y"]), round(shown["x"] + shown["w"]),
+                     round(shown["y"] + shown["h"]))).save(tmp_path / "pass_at.png")
+    for box in curve.texts:
+        assert dark_pixels(screenshot, (shown["x"] + box.x0, shown["y"] + box.y0, shown["x"] + box.x1,
+                                        shown["y"] + box.y1)) >= 10, box
+    assert len(curve.marks) == 4 + 2
+    for mark in curve.marks:
+        assert colour_near(screenshot, shown["x"] + mark.x, shown["y"] + mark.y, mark.colour), mark

@@ -37,9 +37,10 @@ from models.adapters.engine.openai_client import (Answer, RequestFailed, fetch_j
                                                   with_retries)
 from models.adapters.engine.server import EngineError
 from models.base import (Generation, GenerationRequest, Message, ModelAdapter, ModelConfig, PreparedBatch,
-                         TemplateOptions, cut_at_stop)
+                         TemplateOptions, cut_at_stop, sample_identity)
 from models.decoders.contract import (ConfigError, DecodeOutput, DecodeResult, Decoder, canvas_field,
                                       require_filled)
+from models.decoders.sampling import row_seed
 from models.options import unkeyed_field
 from models.sources import SERVED_PREFIX, split_served
 
@@ -104,6 +105,16 @@ def served_generate(network: Any, input_ids: Any, attention_mask: Any, config: S
 SERVED = Decoder("openai", ServedConfig, served_generate, served_at_canvas, validate_served)
 
 
+def served_seed(request: GenerationRequest, seed: int) -> int:
+    """The seed a sampled request sends: the run's for an item's first sample (as one-sample runs always sent), and
+    for a repeated sample one of its own, from the run's seed, the request and the sample's index."""
+    if request.sample == 0:
+        return seed
+    asked = request.prompt if request.prompt is not None else json.dumps([m.role + "\0" + m.content
+                                                                          for m in request.messages])
+    return row_seed(seed, sample_identity(asked, request.sample))
+
+
 def request_body(request: GenerationRequest, template: TemplateOptions, model: str,
                  cfg: ServedConfig) -> tuple[str, dict[str, Any]]:
     """(route, payload) of one request: a chat completion, or a completion for an already rendered prompt. A final
@@ -113,7 +124,7 @@ def request_body(request: GenerationRequest, template: TemplateOptions, model: s
     if request.stop:
         payload["stop"] = list(request.stop)
     if cfg.temperature > 0 and cfg.seed is not None:
-        payload["seed"] = cfg.seed
+        payload["seed"] = served_seed(request, cfg.seed)
     if request.prompt is not None:
         return "/completions", {**payload, "prompt": request.prompt, **extra_fields(cfg)}
     payload["messages"] = [{"role": m.role, "content": m.content} for m in request.messages]

@@ -194,3 +194,26 @@ def test_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "without results.json (not a finished run)" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_repeated_samples_are_an_items_responses(tmp_path):
+    """``--samples K``: one line per item and filter, its K responses and filtered answers, its metrics their mean."""
+    from harness.export.lm_eval_layout import export_run
+    from harness.run.folder import load_run
+    from harness.run.runner import Runner, RunSettings
+
+    folder = tmp_path / "run"
+    Runner(RunSettings(models=("tiny-qwen3",), tasks=("gsm8k",), output=folder, limit=2, data="fixtures",
+                       preset="smoke", progress=False, threads=1, samples=3,
+                       model_args={"tiny-qwen3": {"do_sample": True, "temperature": 1.0}})).run()
+    (model,) = export_run(load_run(folder), tmp_path / "out", NOW)
+    lines = [json.loads(line) for line in model.samples["gsm8k"].read_text().splitlines()]
+    samples = [json.loads(line) for line in (folder / "samples" / "tiny-qwen3" / "gsm8k.jsonl").read_text().splitlines()]
+    flexible = [line for line in lines if line["filter"] == "flexible-extract"]
+    assert [line["doc_id"] for line in flexible] == [0, 1]
+    for line, doc in zip(flexible, dict.fromkeys(s["doc_id"] for s in samples)):
+        mine = sorted((s for s in samples if s["doc_id"] == doc), key=lambda s: s.get("sample", 0))
+        assert line["resps"] == [[s["raw_text"] for s in mine]]
+        assert line["filtered_resps"] == [s["extracted"]["flexible-extract"] for s in mine]
+        assert line["exact_match"] == pytest.approx(
+            sum(s["scores"]["exact_match,flexible-extract"] for s in mine) / 3)

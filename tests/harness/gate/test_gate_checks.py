@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
 from harness.gate.checks import NOT_COMPARABLE, PASS, REGRESSION, main_gate
 from harness.gate.drift import first_difference, is_deterministic
-from harness.gate.power import fisher_min_items, items_needed, mcnemar_min_items, paired_power, smallest_flagged
+from harness.gate.power import (clustered_power, fisher_min_items, items_needed, mcnemar_min_items, paired_power,
+                                smallest_flagged)
 from harness.gate.retiming import FORMAT, speed_line
 from harness.run.manifest import cpu_model
 from harness.run.folder import GATE_SPEED_NAME as SPEED_FILE
@@ -255,3 +257,47 @@ def test_speed_across_schedules_or_implementations_is_noted(tmp_path, rf, capsys
     assert code == PASS
     assert "m · gsm8k: schedule differs (['static'] vs ['continuous'])" in out
     assert "m · gsm8k: network implementation differs (transformers vs native)" in out
+
+
+def repeated(rf, items: list[list[float]]) -> list[dict]:
+    """Records of items with repeated samples: item i's sample k scored ``items[i][k]``."""
+    out = []
+    for doc, scores in enumerate(items):
+        for k, record in enumerate(rf.samples(scores, doc_ids=[str(doc)] * len(scores), warmup=0)):
+            out.append({**record, "key": f"key-{doc}-{k}", **({"sample": k} if k else {})})
+    return out
+
+
+def test_repeated_samples_pair_by_item_mean_with_a_clustered_bound(tmp_path, rf, capsys):
+    base_items = [[1.0, 1.0, 1.0, 0.0] if i % 4 else [1.0] * 4 for i in range(80)]
+    cand_items = [[0.0, 1.0, 0.0, 0.0] if i < 30 else scores for i, scores in enumerate(base_items)]
+    base, cand = two_runs(tmp_path, rf, repeated(rf, base_items), repeated(rf, cand_items))
+    code, out, err = gate(capsys, base, cand, "--max-accuracy-drop", "10")
+    assert code == REGRESSION, err
+    means = lambda items: [sum(s) / len(s) for s in items]  # noqa: E731
+    p = scipy_stats.ttest_rel(means(cand_items), means(base_items)).pvalue
+    row = next(line for line in out.splitlines() if "gsm8k" in line)
+    assert f"{100 * sum(means(base_items)) / 80:.2f}" in row and f"{100 * sum(means(cand_items)) / 80:.2f}" in row
+    assert f"paired t over items (repeated samples) {p:.2e}" in row and " 80 " in row and "0/320" in row
+    # the bound: a z-test over 80 items' means, each side's spread together
+    spread = (np.var(means(base_items), ddof=1) + np.var(means(cand_items), ddof=1)) ** 0.5
+    bound = 100 * scipy_stats.norm.isf(0.05 / 2) * spread / 80 ** 0.5
+    power = clustered_power(80, spread, 0.05, 1)
+    assert power.min_drop_points == pytest.approx(bound) and f"{bound:.1f}" in row
+    needed = items_needed(power, 3.0)
+    assert clustered_power(needed, spread, 0.05, 1).detects(3.0)
+    assert not clustered_power(needed - 1, spread, 0.05, 1).detects(3.0)
+    code, _, err = gate(capsys, base, cand, "--max-accuracy-drop", "1")
+    assert code == NOT_COMPARABLE and "underpowered: m · gsm8k: 80 paired items cannot detect a drop of 1" in err
+    assert f"the smallest significant drop of the items' mean scores is {bound:.1f} points" in err
+    assert f"it needs n >= {items_needed(power, 1.0)}" in err
+
+
+def test_drift_names_the_sample_that_changed(tmp_path, rf, capsys):
+    items = [[1.0, 0.0, 1.0]] * 4
+    cand = repeated(rf, items)
+    changed = next(r for r in cand if r["doc_id"] == "2" and r.get("sample") == 1)
+    changed["token_ids"] = [7] + changed["token_ids"][1:]
+    base, cand_run = two_runs(tmp_path, rf, repeated(rf, items), cand)
+    code, out, _ = gate(capsys, base, cand_run, *NO_ACCURACY, "--max-changed-outputs", "0")
+    assert code == REGRESSION and "1 of 12 outputs changed: doc 2 sample 1 at token 0" in out
