@@ -50,6 +50,7 @@ def store_keys(output: Path) -> list[str]:
             for line in path.read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", [torchrun, accelerate_launch])
 def test_one_and_two_processes_agree(tmp_path, launcher):
     run([sys.executable], tmp_path / "one", "--gen-length", "24")

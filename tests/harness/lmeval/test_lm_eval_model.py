@@ -119,6 +119,7 @@ def test_same_prompts_generations_and_speed_fields_as_the_harness(model, harness
     assert {"latency_s", "batch_latency_s", "nfe", "gen_tokens", "hit_max_tokens", "rank"} <= set(records[0])
 
 
+@pytest.mark.slow
 def test_dllm_lm_eval_is_lm_evals_cli_with_the_models(task_dir, tmp_path, monkeypatch):
     """``dllm-lm-eval --model qwen3-harness ...``: lm-eval's results and the speed files land in one folder."""
     monkeypatch.delenv(SPEED_OUTPUT_ENV, raising=False)
@@ -137,6 +138,7 @@ def test_dllm_lm_eval_is_lm_evals_cli_with_the_models(task_dir, tmp_path, monkey
 
 
 
+@pytest.mark.slow
 def test_dllm_lm_eval_reports_a_bad_model_argument_in_one_line(task_dir, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", list(sys.argv))
     status = main(["--model", "refusion", "--model_args", "model=nope", "--device", "cpu", "--tasks", TASK,

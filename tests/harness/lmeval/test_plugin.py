@@ -52,6 +52,7 @@ def test_lm_evals_registry_has_the_models_and_its_own():
     assert names.split() == ["RefusionLM", "HFLM", "DummyLM", "False"]  # the hook removes itself once it has run
 
 
+@pytest.mark.slow
 def test_plain_lm_eval_generates_like_the_harness(harness_run, read_samples, task_dir, tmp_path):
     """lm-eval's own console script, unpatched, with ``--model refusion``: the same generations as a harness run,
     and the speed files beside lm-eval's results."""

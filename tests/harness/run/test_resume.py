@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from processes import kill_when
 
 REPO = Path(__file__).resolve().parents[3]
@@ -31,6 +33,7 @@ def samples(output: Path) -> dict[str, list[int]]:
     return {row["doc_id"]: row["token_ids"] for row in rows}
 
 
+@pytest.mark.slow
 def test_sigkill_then_rerun_equals_uninterrupted(tmp_path):
     reference = tmp_path / "reference"
     run_to_end(reference)

@@ -33,8 +33,8 @@ def by_doc(records: list[dict]) -> dict[str, list[int]]:
     return {r["doc_id"]: r["token_ids"] for r in records}
 
 
-@pytest.mark.parametrize("model", ["tiny-qwen3", "tiny-llada", *(pytest.param(m, marks=pytest.mark.slow) for m in (
-    "tiny-refusion", "tiny-dream", "tiny-llada-fastdllm", "tiny-dream-fastdllm", "tiny-sdar", "tiny-fastdllm-v2",
+@pytest.mark.parametrize("model", ["tiny-qwen3", *(pytest.param(m, marks=pytest.mark.slow) for m in (
+    "tiny-llada", "tiny-refusion", "tiny-dream", "tiny-llada-fastdllm", "tiny-dream-fastdllm", "tiny-sdar", "tiny-fastdllm-v2",
     "tiny-llada2"))])
 def test_rows_in_flight_equal_requests_alone_and_time_each_request(tmp_path, model):
     alone = run(tmp_path / "alone", "--models", model, "--gen-length", "32", "--batch-size", "1")
