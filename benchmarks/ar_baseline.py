@@ -1,15 +1,20 @@
 """The autoregressive baseline on the native network, against transformers' ``generate`` on the same weights, and
-ReFusion against it on that network (``benchmarks/decoders.py --families ar``)."""
+ReFusion against it on that network. Target: native tokens/s over ``generate``'s >= 1.0 at batch 1 and 8, tokens
+identical.
+
+    python -m benchmarks ar_baseline [--ar-canvas 256] [--ar-refusion-canvas 512 1024] [--rounds 3] [--device cuda]
+"""
 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
-from decoder_timing import DecoderRow, measure, print_table
-from harness.timing.clock import timed
+from benchmarks.common.timing import Spread, interleaved
+from benchmarks.common.verdict import Report
+from benchmarks.decoder_timing import DecoderRow, measure, print_table
+from benchmarks.decoders import add_network_arguments, setting_up
 from models.decoders.ar import ARConfig, ar_generate
 from models.networks.loading import build_network
 from models.networks.qwen3 import Qwen3NetworkConfig
@@ -36,8 +41,21 @@ def ragged_batch(prompts: list[torch.Tensor], batch: int, pad: int) -> tuple[tor
     return ids, mask
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_network_arguments(parser)
+    parser.add_argument("--ar-canvas", type=int, default=256, help="canvas of the native AR vs generate rows")
+    parser.add_argument("--ar-refusion-canvas", type=int, nargs="*", default=[512, 1024],
+                        help="canvases of ReFusion against AR on the same native network")
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
+    args.canvas = [max([*args.canvas, args.ar_canvas, *args.ar_refusion_canvas])]  # the network's positions
+    hf, prompts, rows = setting_up(args)
+    print_ar_baseline(hf, prompts, rows, args, report)
+
+
 def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], rows: list[DecoderRow],
-                      args: argparse.Namespace) -> None:
+                      args: argparse.Namespace, report: Report) -> None:
     """The native AR decoder against transformers' ``generate`` (greedy, its own cache) on the same weights, at
     batch 1 and 8 on ragged prompts: tokens compared, tokens/s side by side in interleaved rounds (order flipped
     every other round); then ReFusion against AR on that same native network at canvas 512 and 1024."""
@@ -54,18 +72,13 @@ def print_ar_baseline(hf: torch.nn.Module, prompts: list[torch.Tensor], rows: li
                                             )[:, ids.shape[1]:].tolist(),
         }
         same = sides["native"]() == sides["generate"]()  # also the warm-up
-        rates: dict[str, list[float]] = {name: [] for name in sides}
-        for round_ in range(args.rounds):
-            for name in (list(sides) if round_ % 2 == 0 else list(sides)[::-1]):
-                _, seconds = timed(args.device, sides[name])
-                rates[name].append(batch * canvas / seconds)
-        median = {name: statistics.median(r) for name, r in rates.items()}
-        ratio = median["native"] / median["generate"]
-        verdict = "PASS" if same and ratio >= AR_TARGET else "FAIL"
-        spread = {name: f"[{min(r):.0f}-{max(r):.0f}]" for name, r in rates.items()}
-        print(f"{verdict} batch {batch}: native {median['native']:.0f} tok/s {spread['native']}, generate "
-              f"{median['generate']:.0f} tok/s {spread['generate']}, ratio {ratio:.2f}x (target >= {AR_TARGET}), "
-              f"tokens {'identical' if same else 'DIFFER'}")
+        timed = interleaved(sides, args.rounds, args.device, warm_up=False)
+        rates = {name: Spread.of([batch * canvas / s for _, s in runs]) for name, runs in timed.items()}
+        ratio = rates["native"].median / rates["generate"].median
+        report.check(f"batch {batch}: native over generate tokens/s, tokens identical", ratio, ">=", AR_TARGET,
+                     f"batch {batch}: native {rates['native'].median:.0f} tok/s {rates['native'].bracket(0)}, generate "
+                     f"{rates['generate'].median:.0f} tok/s {rates['generate'].bracket(0)}, ratio {ratio:.2f}x (target "
+                     f">= {AR_TARGET}), tokens {'identical' if same else 'DIFFER'}", also=same)
     print("ReFusion and AR on the same native network (batch 1):")
     print_table([m for c in args.ar_refusion_canvas
                  for m in measure("native", native, rows, prompts, c, args.device, args.rounds)], rows)

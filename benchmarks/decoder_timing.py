@@ -1,6 +1,6 @@
-"""Timing decoder rows side by side for benchmarks/decoders.py and benchmarks/ar_baseline.py: a network wrapper that
-synchronises the device around each call (so time outside the network is the decoder's own), the rows, one
-interleaved measurement per network and canvas, and its table."""
+"""Timing decoder rows side by side for the ``decoders`` and ``ar_baseline`` benchmarks: the rows, one interleaved
+measurement per network and canvas (each network call synchronised, ``common.timing.synchronised``, so time outside
+the network is the decoder's own), and its table."""
 
 from __future__ import annotations
 
@@ -10,40 +10,9 @@ from typing import Callable
 
 import torch
 
+from benchmarks.common.table import Table, columns
+from benchmarks.common.timing import round_order, synchronised
 from harness.timing.clock import timed
-
-
-class SynchronisedTimer(torch.nn.Module):
-    """Wraps a network: counts its calls and accumulates the time spent inside them. Unlike the harness's
-    ``ForwardTimer`` (events, no extra synchronisation) it synchronises the device around every call, so the time
-    outside the network is the decoder's own, not queued device work."""
-
-    def __init__(self, inner: torch.nn.Module, device: torch.device):
-        super().__init__()
-        self.inner, self.device, self.config = inner, device, inner.config
-        self.seconds, self.calls = 0.0, 0
-        if hasattr(inner, "new_cache"):  # LLaDA's and Dream's Fast-dLLM caches (the HF Qwen3 of the ReFusion rows has
-            self.new_cache = inner.new_cache  # none, which ReFusion reads as the transformers path)
-
-    def _timed(self, call: Callable[[], object]) -> object:
-        out, seconds = timed(self.device, call)
-        self.seconds += seconds
-        self.calls += 1
-        return out
-
-    def forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner(*args, **kwargs))
-
-
-class SynchronisedBlockTimer(SynchronisedTimer):
-    """The same for a network with the block and causal forwards (the calls of the block-diffusion and AR decoders;
-    kept apart, since ReFusion reads ``new_cache`` as the sign of a native network)."""
-
-    def block_forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner.block_forward(*args, **kwargs))
-
-    def causal_forward(self, *args, **kwargs):
-        return self._timed(lambda: self.inner.causal_forward(*args, **kwargs))
 
 
 Decode = Callable[[torch.nn.Module, torch.Tensor, int], int]  # (network, prompt [1, P], canvas) -> tokens generated
@@ -92,14 +61,13 @@ class Measurement:
 def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts: list[torch.Tensor], canvas: int,
             device: torch.device, rounds: int) -> list[Measurement]:
     """The rows on one network and canvas: one warm-up decode each, then ``rounds`` rounds in which every row
-    decodes every prompt once, so load that comes and goes falls on all rows alike."""
-    timer = SynchronisedBlockTimer if hasattr(network, "block_forward") else SynchronisedTimer
-    timers = [timer(network, device) for _ in rows]
+    decodes every prompt once (in ``round_order``), so load that comes and goes falls on all rows alike."""
+    timers = [synchronised(network, device) for _ in rows]
     for row, timer in zip(rows, timers):
         row.decode(timer, prompts[0], canvas)  # warm-up, not counted
     runs: list[list[tuple[int, int, float, float]]] = [[] for _ in rows]
-    for _ in range(rounds):
-        for row, timer, run in zip(rows, timers, runs):
+    for round_ in range(rounds):
+        for row, timer, run in round_order(list(zip(rows, timers, runs)), round_):
             timer.seconds, timer.calls = 0.0, 0
             tokens, seconds = 0, 0.0
             for prompt in prompts:
@@ -111,12 +79,13 @@ def measure(name: str, network: torch.nn.Module, rows: list[DecoderRow], prompts
 
 
 def print_table(results: list[Measurement], rows: list[DecoderRow]) -> None:
-    print(f"{'network':<10} {'canvas':>6} {'decoder':<18} {'tok/s':>9} {'fwd/tok':>8} {'ms/tok':>8} {'[min-max]':>13}"
-          f" {'outside':>8} {'tok/s vs ' + rows[-1].name:>20}")
+    table = Table(columns(("network", -10), ("canvas", 6), ("decoder", -18), ("tok/s", 9), ("fwd/tok", 8),
+                          ("ms/tok", 8), ("[min-max]", 13), ("outside", 8), ("tok/s vs " + rows[-1].name, 20)))
+    table.print_header()
     baseline = {(m.network, m.canvas): m for m in results if m.decoder == rows[-1].name}
     for m in results:  # LLaDA / Dream rows compare with the AR baseline on the random network at the same canvas
         baseline.setdefault((m.network, m.canvas), baseline.get(("random", m.canvas), m))
     for m in results:
         ratio = m.tokens_per_second / baseline[(m.network, m.canvas)].tokens_per_second
-        print(f"{m.network:<10} {m.canvas:>6} {m.decoder:<18} {m.tokens_per_second:>9.1f} {m.forwards_per_token:>8.3f}"
-              f" {m.ms_per_token:>8.3f} {m.ms_range:>13} {m.outside_share:>7.1%} {ratio:>19.2f}x")
+        table.print_row(m.network, m.canvas, m.decoder, f"{m.tokens_per_second:.1f}", f"{m.forwards_per_token:.3f}",
+                        f"{m.ms_per_token:.3f}", m.ms_range, f"{m.outside_share:.1%}", f"{ratio:.2f}x")

@@ -17,7 +17,7 @@ Targets (printed as PASS/FAIL):
   * on the confident network ReFusion's time per generated token is flat across canvas lengths
     (time/token at 1024 over time/token at 128 <= 1.5).
 
-    python benchmarks/decoders.py [--device cuda] [--dtype bfloat16] [--canvas 128 256 512 1024] [--prompts 3]
+    python -m benchmarks decoders [--device cuda] [--dtype bfloat16] [--canvas 128 256 512 1024] [--prompts 3]
                                   [--rounds 3]
 
 LLaDA and Dream, plain and with Fast-dLLM's prefix cache, dual cache and threshold (block 32), run as further rows
@@ -25,67 +25,44 @@ at ``--diffusion-canvas`` (512) on native networks of the same size, compared wi
 block-diffusion rows, SDAR/TraDo on the native Qwen3 network and Fast-dLLM v2 on the native Qwen2 one, at batch 1
 and at batch 8 (the prompt and seven rotations of it, decoded together), whose ratio is printed; and DiffusionGemma
 (tiny-diffusiongemma through transformers' own generate and its adapter) at batch 1 and 8. On the CPU
-the script runs one torch thread, so other load on the machine moves both sides of each share alike.
+the benchmark runs one torch thread, so other load on the machine moves both sides of each share alike. The native AR
+loop against transformers' ``generate`` is the ``ar_baseline`` benchmark.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from ar_baseline import print_ar_baseline
-from decoder_timing import DecoderRow, Measurement, measure, print_table
-from diffusion_gemma_speed import diffusion_gemma_speed, print_rows
-from fastdllm_modes import fastdllm_generate, mode_config
-from harness.timing.clock import timed
+from benchmarks.common.fastdllm_modes import fastdllm_generate, mode_config
+from benchmarks.common.networks import ConfidentNetwork, tiny_network, transformers_qwen3
+from benchmarks.common.timing import DTYPES, Spread, interleaved, torch_settings
+from benchmarks.common.verdict import Report
+from benchmarks.decoder_timing import DecoderRow, Measurement, measure, print_table
+from benchmarks.diffusion_gemma import diffusion_gemma_speed, print_rows
 from models.decoders.ar import ARConfig, ar_generate
-from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
-from models.networks.dream import tiny_dream_config
-from models.networks.llada import tiny_llada_config
-from models.networks.llada2 import tiny_llada2_config
-from models.networks.loading import build_network
-from models.networks.qwen3 import Qwen3NetworkConfig
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
+from models.networks.hf_causal import TransformersCausalLM
 
 OUTSIDE_SHARE_TARGET = 0.20
 DIFFUSION_OUTSIDE_TARGET = 0.10
 FLAT_RATIO_TARGET = 1.5
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 # ---- networks ---------------------------------------------------------------------------------------------------
 def build_tiny_refusion(args: argparse.Namespace) -> torch.nn.Module:
     """A random causal Qwen3 the size of the harness's tiny test models (stand-in for the registry's tiny-refusion)."""
-    torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-                      num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                      head_dim=args.hidden // 4, max_position_embeddings=args.prompt_len + max(args.canvas) + 8)
-    return Qwen3ForCausalLM(cfg).to(device=args.device, dtype=args.dtype).eval()
+    return transformers_qwen3(args.vocab, args.hidden, args.layers, 3 * args.hidden,
+                              args.prompt_len + max(args.canvas) + 8, args.device, args.dtype)
 
 
-class ConfidentNetwork(torch.nn.Module):
-    """Adds ``bias`` to a fixed answer's logit so argmax is that answer and its probability is ~1."""
-
-    def __init__(self, inner: torch.nn.Module, mask_id: int, bias: float = 60.0):
-        super().__init__()
-        self.inner, self.mask_id, self.bias, self.config = inner, mask_id, bias, inner.config
-
-    def answer(self, positions: torch.Tensor) -> torch.Tensor:
-        return (7 * positions + 3) % (self.mask_id - 1)  # never the mask id (vocab-1) or vocab-2
-
-    def forward(self, input_ids, position_ids, **kwargs):
-        out = self.inner(input_ids=input_ids, position_ids=position_ids, **kwargs)
-        n = out.logits.shape[1]
-        ids, pos = input_ids[:, -n:], position_ids[:, -n:]
-        target = torch.where(ids == self.mask_id, self.answer(pos), self.answer(pos + 1))
-        bias = torch.full_like(out.logits[..., :1], self.bias)
-        out.logits = out.logits.scatter_add(-1, target[..., None], bias)
-        return out
+def build_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
+    """A random native network of the size above: LLaDA, Dream, Qwen3 (SDAR's layout), Qwen2 (Fast-dLLM v2's) or
+    the LLaDA2 MoE (the tiny recipe's 8 experts, top 2 of 2 groups, its experts a quarter as wide)."""
+    return tiny_network(kind, args.vocab, args.hidden, args.layers, 3 * args.hidden, args.device, args.dtype)
 
 
 # ---- decoders ---------------------------------------------------------------------------------------------------
@@ -107,16 +84,6 @@ def decoder_rows(args: argparse.Namespace) -> list[DecoderRow]:
 
 
 DIFFUSION_MODES = ("baseline", "prefix", "dual", "parallel", "dual+parallel")
-
-
-def build_tiny_diffusion(kind: str, args: argparse.Namespace) -> torch.nn.Module:
-    """A random native LLaDA or Dream network with the same width, depth and vocabulary as the Qwen3 above."""
-    config = (tiny_llada_config if kind == "llada" else tiny_dream_config)(args.vocab)
-    config = dataclasses.replace(config, **({"d_model": args.hidden, "n_layers": args.layers,
-                                             "mlp_hidden_size": 3 * args.hidden} if kind == "llada" else
-                                            {"hidden_size": args.hidden, "num_hidden_layers": args.layers,
-                                             "intermediate_size": 3 * args.hidden}))
-    return build_network(config, device=args.device, dtype=args.dtype, seed=0)
 
 
 def diffusion_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
@@ -150,23 +117,6 @@ BLOCK_FAMILIES["llada2"] = ("llada2", BlockDiffusionConfig(block_length=32, deno
 BLOCK_BATCH = 8
 
 
-def build_block_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
-    """A random native Qwen3 (SDAR's layout), Qwen2 (Fast-dLLM v2's) or LLaDA2 MoE network of the size of the ones
-    above (the MoE: the tiny recipe's 8 experts, top 2 of 2 groups, its experts a quarter as wide)."""
-    if kind == "llada2":
-        config = dataclasses.replace(tiny_llada2_config(args.vocab), hidden_size=args.hidden,
-                                     num_hidden_layers=args.layers, intermediate_size=3 * args.hidden,
-                                     moe_intermediate_size=3 * args.hidden // 4, head_dim=args.hidden // 4)
-    elif kind == "qwen3":
-        config = Qwen3NetworkConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-                                    num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                                    head_dim=args.hidden // 4)
-    else:
-        config = dataclasses.replace(tiny_dream_config(args.vocab), hidden_size=args.hidden,
-                                     num_hidden_layers=args.layers, intermediate_size=3 * args.hidden)
-    return build_network(config, device=args.device, dtype=args.dtype, seed=0)
-
-
 def block_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
     """The block-diffusion families on ``kind``'s network, each at batch 1 and at batch ``BLOCK_BATCH``."""
     def row(name: str, cfg: BlockDiffusionConfig, batch: int) -> DecoderRow:
@@ -182,67 +132,69 @@ def block_rows(kind: str, args: argparse.Namespace) -> list[DecoderRow]:
 
 
 @torch.inference_mode()
-def print_moe_cost(network: torch.nn.Module, args: argparse.Namespace) -> None:
+def print_moe_cost(network: torch.nn.Module, args: argparse.Namespace, report: Report) -> None:
     """The MoE network's cost per token fed: one 32-token block peeked against a cache of the diffusion canvas, at
     batch 1 and 8, in interleaved rounds (median, min-max)."""
     block, context = 32, args.diffusion_canvas
-    seconds: dict[int, list[float]] = {1: [], BLOCK_BATCH: []}
-    caches = {}
-    for batch in seconds:
-        ids = torch.randint(0, args.vocab - 1, (batch, context + block), generator=torch.Generator().manual_seed(7))
-        caches[batch] = (network.new_cache(batch, context + block), ids.to(args.device))
-        network.block_forward(caches[batch][1][:, :context], torch.arange(context, device=args.device)[None],
-                              caches[batch][0], block, True)
+    calls = {}
     positions = torch.arange(context, context + block, device=args.device)[None]
-    for _ in range(max(3, args.rounds) + 1):
-        for batch, (cache, ids) in caches.items():
-            _, elapsed = timed(args.device, lambda: network.block_forward(ids[:, context:], positions, cache, block,
-                                                                          False))
-            seconds[batch].append(elapsed / (batch * block))
-    one, many = (statistics.median(v[1:]) for v in seconds.values())  # the first round warms up
-    span = {b: f"{1e6 * min(v[1:]):.1f}-{1e6 * max(v[1:]):.1f}" for b, v in seconds.items()}
-    print(f"INFO llada2 MoE forward, one {block}-token block against {context} cached: {1e6 * one:.1f} us per token at"
-          f" batch 1 [{span[1]}], {1e6 * many:.1f} at batch {BLOCK_BATCH} [{span[BLOCK_BATCH]}]: {one / many:.2f}x"
-          " cheaper per token")
+    for batch in (1, BLOCK_BATCH):
+        ids = torch.randint(0, args.vocab - 1, (batch, context + block), generator=torch.Generator().manual_seed(7))
+        cache, ids = network.new_cache(batch, context + block), ids.to(args.device)
+        network.block_forward(ids[:, :context], torch.arange(context, device=args.device)[None], cache, block, True)
+        calls[batch] = lambda ids=ids, cache=cache: network.block_forward(ids[:, context:], positions, cache, block,
+                                                                          False)
+    timed = interleaved(calls, max(3, args.rounds), args.device)
+    per_token = {b: Spread.of([s / (b * block) for _, s in runs]).scaled(1e6) for b, runs in timed.items()}
+    one, many = per_token[1], per_token[BLOCK_BATCH]
+    report.info("llada2 MoE forward, batch 8 over batch 1 cost per token", one.median / many.median,
+                f"INFO llada2 MoE forward, one {block}-token block against {context} cached: {one.median:.1f} us per "
+                f"token at batch 1 [{one.low:.1f}-{one.high:.1f}], {many.median:.1f} at batch {BLOCK_BATCH} "
+                f"[{many.low:.1f}-{many.high:.1f}]: {one.median / many.median:.2f}x cheaper per token")
 
 
-# ---- measurement ------------------------------------------------------------------------------------------------
+# ---- targets ----------------------------------------------------------------------------------------------------
 
-def print_targets(results: list[Measurement]) -> None:
+def report_targets(results: list[Measurement], report: Report) -> None:
     by_key = {(m.network, m.canvas, m.decoder): m for m in results}
     for network in ("random", "confident"):
         m = by_key.get((network, 512, "refusion"))
+        name = f"refusion/{network} canvas 512: share of decode time outside network forwards"
         if m is None:
-            print(f"SKIP outside-forward share ({network}): canvas 512 not measured")
+            report.info(name, None, f"SKIP outside-forward share ({network}): canvas 512 not measured")
             continue
-        verdict = "PASS" if m.outside_share < OUTSIDE_SHARE_TARGET else "FAIL"
-        print(f"{verdict} refusion/{network} canvas 512: {m.outside_share:.1%} of decode time outside network forwards"
-              f" (target < {OUTSIDE_SHARE_TARGET:.0%})")
+        report.check(name, m.outside_share, "<", OUTSIDE_SHARE_TARGET,
+                     f"refusion/{network} canvas 512: {m.outside_share:.1%} of decode time outside network forwards"
+                     f" (target < {OUTSIDE_SHARE_TARGET:.0%})")
     for m in results:
         if m.network in ("llada", "dream", "qwen3", "qwen2", "llada2"):
-            verdict = "PASS" if m.outside_share < DIFFUSION_OUTSIDE_TARGET else "FAIL"
-            print(f"{verdict} {m.decoder} canvas {m.canvas}: {m.outside_share:.1%} of decode time outside network"
-                  f" forwards (target < {DIFFUSION_OUTSIDE_TARGET:.0%})")
+            report.check(f"{m.decoder} canvas {m.canvas}: share of decode time outside network forwards",
+                         m.outside_share, "<", DIFFUSION_OUTSIDE_TARGET,
+                         f"{m.decoder} canvas {m.canvas}: {m.outside_share:.1%} of decode time outside network"
+                         f" forwards (target < {DIFFUSION_OUTSIDE_TARGET:.0%})")
     for name in BLOCK_FAMILIES:
         one, many = ([m for m in results if m.decoder == f"{name} b{b}"] for b in (1, BLOCK_BATCH))
         if one and many:
-            print(f"INFO {name}: batch {BLOCK_BATCH} vs 1, {many[0].tokens_per_second / one[0].tokens_per_second:.2f}x"
-                  f" the tokens/s ({many[0].forwards_per_token:.3f} vs {one[0].forwards_per_token:.3f} forwards"
-                  " per token)")
+            gain = many[0].tokens_per_second / one[0].tokens_per_second
+            report.info(f"{name}: batch {BLOCK_BATCH} over batch 1 tokens/s", gain,
+                        f"INFO {name}: batch {BLOCK_BATCH} vs 1, {gain:.2f}x the tokens/s "
+                        f"({many[0].forwards_per_token:.3f} vs {one[0].forwards_per_token:.3f} forwards per token)")
     lo, hi = by_key.get(("confident", 128, "refusion")), by_key.get(("confident", 1024, "refusion"))
+    name = "refusion/confident time per token, canvas 1024 over 128"
     if lo is None or hi is None:
-        print("SKIP per-token cost flatness: canvases 128 and 1024 not both measured")
+        report.info(name, None, "SKIP per-token cost flatness: canvases 128 and 1024 not both measured")
         return
     ratio = hi.ms_per_token / lo.ms_per_token
-    verdict = "PASS" if ratio <= FLAT_RATIO_TARGET else "FAIL"
-    print(f"{verdict} refusion/confident time per token, canvas 1024 vs 128: {ratio:.2f}x"
-          f" ({hi.ms_per_token:.3f} vs {lo.ms_per_token:.3f} ms; target <= {FLAT_RATIO_TARGET})")
+    report.check(name, ratio, "<=", FLAT_RATIO_TARGET,
+                 f"refusion/confident time per token, canvas 1024 vs 128: {ratio:.2f}x"
+                 f" ({hi.ms_per_token:.3f} vs {lo.ms_per_token:.3f} ms; target <= {FLAT_RATIO_TARGET})")
 
 
-# ---- the autoregressive baseline on the native network ----------------------------------------------------------
+FAMILIES = ("llada", "dream", "block", "diffusiongemma")
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+
+def add_network_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the networks and prompts the ReFusion and AR rows decode (shared with ``ar_baseline``)."""
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: bfloat16 on cuda, else float32")
     parser.add_argument("--canvas", type=int, nargs="+", default=[128, 256, 512, 1024])
@@ -254,28 +206,32 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--slot-size", type=int, default=8)
     parser.add_argument("--block-length", type=int, default=128, help="serial block length (canvas // blocks)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_network_arguments(parser)
     parser.add_argument("--networks", nargs="*", default=["random", "confident"], choices=["random", "confident"],
                         help="the ReFusion and AR rows' networks (none: only the diffusion rows)")
-    parser.add_argument("--ar-canvas", type=int, default=256, help="canvas of the native AR vs generate rows")
-    parser.add_argument("--ar-refusion-canvas", type=int, nargs="*", default=[512, 1024],
-                        help="canvases of ReFusion against AR on the same native network")
     parser.add_argument("--diffusion-canvas", type=int, default=512, help="canvas of the LLaDA/Dream rows (0: skip)")
     parser.add_argument("--diffusion-block", type=int, default=32, help="Fast-dLLM block length")
-    parser.add_argument("--families", nargs="+", default=["ar", "llada", "dream", "block", "diffusiongemma"],
-                        choices=["ar", "llada", "dream", "block", "diffusiongemma"],
+    parser.add_argument("--families", nargs="+", default=list(FAMILIES), choices=FAMILIES,
                         help="which diffusion rows run at --diffusion-canvas")
-    args = parser.parse_args()
-    args.device = torch.device(args.device)
-    args.dtype = DTYPES[args.dtype or ("bfloat16" if args.device.type == "cuda" else "float32")]
-    if args.device.type == "cpu":
-        torch.set_num_threads(1)
 
+
+def setting_up(args: argparse.Namespace) -> tuple[torch.nn.Module, list[torch.Tensor], list[DecoderRow]]:
+    """The device and dtype settled (one thread on the CPU), the random Qwen3, the prompts and the ReFusion and AR
+    rows."""
+    args.device, args.dtype = torch_settings(args.device, args.dtype)
     base = build_tiny_refusion(args)
-    networks = {"random": base, "confident": ConfidentNetwork(base, mask_id=args.vocab - 1)}
     generator = torch.Generator().manual_seed(1234)
     prompts = [torch.randint(0, args.vocab - 2, (1, args.prompt_len), generator=generator).to(args.device)
                for _ in range(args.prompts)]
-    rows = decoder_rows(args)
+    return base, prompts, decoder_rows(args)
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
+    base, prompts, rows = setting_up(args)
+    networks = {"random": base, "confident": ConfidentNetwork(base, mask_id=args.vocab - 1)}
     print(f"device {args.device}, dtype {args.dtype}, network vocab {args.vocab} hidden {args.hidden} layers "
           f"{args.layers}, prompts {args.prompts} x {args.prompt_len} tokens, slot {args.slot_size}, serial block "
           f"{args.block_length}, thresholds 0.9/0.9; baseline = models.decoders.ar.ar_generate (greedy, KV cache); "
@@ -286,25 +242,18 @@ def main() -> None:
             results += measure(name, networks[name], rows, prompts, canvas, args.device, args.rounds)
     if args.diffusion_canvas:
         for kind in [k for k in ("llada", "dream") if k in args.families]:
-            network = build_tiny_diffusion(kind, args)
-            results += measure(kind, network, diffusion_rows(kind, args), prompts, args.diffusion_canvas,
-                               args.device, args.rounds)
+            results += measure(kind, build_network(kind, args), diffusion_rows(kind, args), prompts,
+                               args.diffusion_canvas, args.device, args.rounds)
         for kind in ("qwen3", "qwen2", "llada2") if "block" in args.families else ():
-            results += measure(kind, build_block_network(kind, args), block_rows(kind, args), prompts,
+            results += measure(kind, build_network(kind, args), block_rows(kind, args), prompts,
                                args.diffusion_canvas, args.device, args.rounds)
     print_table(results, rows)
-    print_targets(results)
-    if "ar" in args.families:
-        print_ar_baseline(base, prompts, rows, args)
+    report_targets(results, report)
     if args.diffusion_canvas and "block" in args.families:
-        print_moe_cost(build_block_network("llada2", args), args)
+        print_moe_cost(build_network("llada2", args), args, report)
     if args.diffusion_canvas and "diffusiongemma" in args.families:
         # transformers' own generate on tiny-diffusiongemma, timed through its adapter as a run times it (no target:
         # most of its time outside forwards is transformers' sampler; docs/benchmarks.md)
         print(f"diffusiongemma (tiny-diffusiongemma, transformers' generate) at canvas {args.diffusion_canvas}:")
         print_rows(diffusion_gemma_speed(args.device, args.dtype, canvas=args.diffusion_canvas, batches=(1, 8),
                                          prompts=8, rounds=args.rounds))
-
-
-if __name__ == "__main__":
-    main()

@@ -8,42 +8,41 @@ Part 2, canvas 256 / block 32: tokens/s and forwards per token of each decoding 
 A random network is not confident, so its LM head is scaled (--head-scale) to let a 0.9 threshold pass sometimes;
 tokens are counted over the whole canvas (a random network has no meaningful end-of-sequence).
 
-    python benchmarks/fastdllm_step_cost.py [--device cuda] [--dtype bf16] [--hidden 256] [--layers 4]
+    python -m benchmarks fastdllm_step_cost [--device cuda] [--dtype bf16] [--hidden 256] [--layers 4]
     (a quick CPU look: --decode-canvas 128 --decode-repeats 1; under load from other processes, single runs swing)
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
-import time
 from typing import Any, Callable
 
 import torch
 
+from benchmarks.common.fastdllm_modes import BENCH_MODES, benchmark_decoders
+from benchmarks.common.networks import tiny_network
+from benchmarks.common.table import Table, columns
+from benchmarks.common.timing import Spread
+from benchmarks.common.verdict import Report
+from harness.timing.clock import timed as timed_once
 from models.decoders.fastdllm.core import Padding, full_forward, window_forward
-from fastdllm_modes import BENCH_MODES, benchmark_decoders
-from models.networks.dream import tiny_dream_config
-from models.networks.llada import tiny_llada_config
-from models.networks.loading import build_network, resolve_dtype
+from models.networks.loading import resolve_dtype
+
+TARGET = 1.0  # in-block step without a cache over the step with it: each cache must be cheaper
+STEP_TABLE = Table(columns(("mode", -8), ("in-block step", 14), ("vs none", 8), ("amortised step", 15), ("vs none", 8)),
+                   indent="  ")
+DECODE_TABLE = Table(columns(("decoder", -22), ("tok/s", 10), ("fwd/tok", 8), ("vs baseline", 12)), indent="  ")
 
 
 def make_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
     """A random network of the requested size with the real architecture flags (GQA 2:1 for Dream, as 7:1 in 7B)."""
     max_len = args.prompt + max(args.canvas, args.decode_canvas)
-    if kind == "llada":
-        config = dataclasses.replace(
-            tiny_llada_config(args.vocab), d_model=args.hidden, n_heads=args.heads, n_kv_heads=args.heads,
-            n_layers=args.layers, mlp_hidden_size=3 * args.hidden, max_sequence_length=max_len,
-        )
-    else:
-        config = dataclasses.replace(
-            tiny_dream_config(args.vocab), hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-            num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.heads // 2,
-            max_position_embeddings=max_len,
-        )
-    network = build_network(config, device=args.device, dtype=args.dtype, seed=0)
+    fields = (dict(n_heads=args.heads, n_kv_heads=args.heads, max_sequence_length=max_len) if kind == "llada" else
+              dict(num_attention_heads=args.heads, num_key_value_heads=args.heads // 2,
+                   max_position_embeddings=max_len))
+    network = tiny_network(kind, args.vocab, args.hidden, args.layers, 3 * args.hidden, args.device, args.dtype,
+                           **fields)
     head = network.model.transformer.ff_out if kind == "llada" else network.lm_head
     head.weight.mul_(args.head_scale)
     return network
@@ -51,16 +50,8 @@ def make_network(kind: str, args: argparse.Namespace) -> torch.nn.Module:
 
 def timed(fn: Callable[[], Any], device: torch.device, repeats: int = 1) -> tuple[float, Any]:
     """Median wall time of ``fn`` over ``repeats`` runs (device synchronised around each) and its last result."""
-    times, result = [], None
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        result = fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), result
+    runs = [timed_once(device, fn) for _ in range(repeats)]
+    return Spread.of([s for _, s in runs]).median, runs[-1][0]
 
 
 @torch.no_grad()
@@ -93,11 +84,11 @@ def step_costs(network: torch.nn.Module, args: argparse.Namespace, device: torch
 def step_rows(costs: dict[str, float], block: int) -> list[str]:
     """In-block step and amortised step (one full forward + block-1 window steps per block) per mode."""
     full = costs["none"]
-    rows = [f"  {'mode':<8} {'in-block step':>14} {'vs none':>8} {'amortised step':>15} {'vs none':>8}"]
+    rows = [STEP_TABLE.header()]
     for mode, cost in costs.items():
         amortised = cost if mode == "none" else (full + (block - 1) * cost) / block
-        rows.append(f"  {mode:<8} {cost * 1e3:>11.2f} ms {full / cost:>7.2f}x {amortised * 1e3:>12.2f} ms "
-                    f"{full / amortised:>7.2f}x")
+        rows.append(STEP_TABLE.line([mode, f"{cost * 1e3:.2f} ms", f"{full / cost:.2f}x", f"{amortised * 1e3:.2f} ms",
+                                     f"{full / amortised:.2f}x"]))
     return rows
 
 
@@ -111,18 +102,18 @@ def decode_rows(kind: str, network: torch.nn.Module, args: argparse.Namespace, d
         run()
     decoders = benchmark_decoders(kind, network, prompt, args.decode_canvas, args.block, BENCH_MODES, **ids)
     rounds = [{name: timed(run, device) for name, run in decoders.items()} for _ in range(args.decode_repeats)]
-    rows, baseline = [f"  {'decoder':<22} {'tok/s':>10} {'fwd/tok':>8} {'vs baseline':>12}"], None
+    rows, baseline = [DECODE_TABLE.header()], None
     for name in decoders:
         seconds = statistics.median(r[name][0] for r in rounds)
         nfe = rounds[-1][name][1].nfe
         tps = args.decode_canvas / seconds
         baseline = baseline or tps
-        rows.append(f"  {name:<22} {tps:>10.1f} {nfe / args.decode_canvas:>8.3f} {tps / baseline:>11.2f}x")
+        rows.append(DECODE_TABLE.line([name, f"{tps:.1f}", f"{nfe / args.decode_canvas:.3f}",
+                                       f"{tps / baseline:.2f}x"]))
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="fp32", help="fp32 | bf16 | fp16")
     parser.add_argument("--models", default="llada,dream")
@@ -138,7 +129,9 @@ def main() -> None:
     parser.add_argument("--decode-repeats", type=int, default=3, help="timed rounds per decoder (median kept)")
     parser.add_argument("--head-scale", type=float, default=8.0, help="LM-head scale that makes the random net confident")
     parser.add_argument("--skip-decode", action="store_true")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     args.dtype = resolve_dtype(args.dtype)
     device = torch.device(args.device)
     print(f"device {device}, dtype {args.dtype}, hidden {args.hidden}, layers {args.layers}, heads {args.heads}, "
@@ -147,11 +140,12 @@ def main() -> None:
         network = make_network(kind, args)
         print(f"\n{kind}: one denoising step, canvas {args.canvas}, block {args.block} (mean over its "
               f"{args.canvas // args.block} blocks)")
-        print("\n".join(step_rows(step_costs(network, args, device), args.block)))
+        costs = step_costs(network, args, device)
+        print("\n".join(step_rows(costs, args.block)))
+        for mode in ("prefix", "dual"):
+            ratio = costs["none"] / costs[mode]
+            report.check(f"{kind}: in-block step without a cache over the {mode} cache's", ratio, ">", TARGET,
+                         f"{kind}: the {mode} cache's in-block step {ratio:.2f}x cheaper than none (target > {TARGET})")
         if not args.skip_decode:
             print(f"{kind}: decoding, canvas {args.decode_canvas}, block {args.block}, threshold 0.9 in the parallel modes")
             print("\n".join(decode_rows(kind, network, args, device)))
-
-
-if __name__ == "__main__":
-    main()

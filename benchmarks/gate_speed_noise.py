@@ -13,18 +13,20 @@ time (what a plain timer would see), for contrast.
 Targets (printed as PASS/FAIL): identical reruns pass ``--rounds`` times out of ``--rounds``; 2x slowdowns fail as
 often.
 
-    python benchmarks/gate_speed_noise.py [--rounds 20] [--run RUN_FOLDER] [--passes 5] [--samples 2]
+    python -m benchmarks gate_speed_noise [--rounds 20] [--run RUN_FOLDER] [--passes 5] [--samples 2]
         [--identical-only]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common.table import Table, columns
+from benchmarks.common.timing import Spread
+from benchmarks.common.verdict import Report
 from harness.gate.checks import GateSettings, compared_speed
 from harness.gate.retiming import SpeedSettings, load_for_result, measure_run
 from harness.run.folder import load_run
@@ -69,11 +71,10 @@ def change(base: dict[str, Any], cand: dict[str, Any], key: str) -> float:
 
 def wall_change(base: dict[str, Any], cand: dict[str, Any]) -> float:
     """The change of the whole passes' wall time (prompts and reference chunks): what a plain timer would see."""
-    return statistics.median(base["pass_wall_seconds"]) / statistics.median(cand["pass_wall_seconds"]) - 1.0
+    return Spread.of(base["pass_wall_seconds"]).median / Spread.of(cand["pass_wall_seconds"]).median - 1.0
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, default=20)
     p.add_argument("--run", type=Path, help="a finished run folder (default: a fresh tiny run in a temp folder)")
     p.add_argument("--model", default="tiny-qwen3")
@@ -81,52 +82,48 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=SpeedSettings.samples)
     p.add_argument("--tolerance", type=float, default=GateSettings.max_tps_drop)
     p.add_argument("--identical-only", action="store_true", help="no slowed measurements (half the time)")
-    args = p.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.run or make_run(Path(tmp) / "run", args.model)
-        run = load_run(folder)
-        result = next(r for r in run.results if r.model == args.model)
+        finished = load_run(folder)
+        result = next(r for r in finished.results if r.model == args.model)
         settings = SpeedSettings(passes=args.passes, samples=args.samples, models=(args.model,), tasks=("gsm8k",))
         adapters = Adapters()
 
         def measured(slowed: bool) -> dict[str, Any]:
             adapters.slowed = slowed
-            return measure_run(run, settings, adapters)["results"][0]
+            return measure_run(finished, settings, adapters)["results"][0]
 
         print(f"{args.model} · gsm8k, {args.samples} prompts, {args.passes} passes per measurement, "
               f"tolerance {100 * args.tolerance:g}% (gate fails below {100 * (1 - args.tolerance):g}% of baseline)")
-        print(f"{'round':>5} {'identical: norm':>16} {'cpu tok/s':>10} {'wall':>7} {'verdict':>8} "
-              f"{'2x slow: norm':>14} {'cpu tok/s':>10} {'wall':>7} {'verdict':>8}")
+        table = Table(columns(("round", 5), ("identical: norm", 16), ("cpu tok/s", 10), ("wall", 7), ("verdict", 8),
+                              *((("2x slow: norm", 14), ("cpu tok/s", 10), ("wall", 7), ("verdict", 8))
+                                if not args.identical_only else ())))
+        table.print_header()
         previous = measured(False)
         same, slow = [], []
         for index in range(1, args.rounds + 1):
             slowed = None if args.identical_only else measured(True)
             current = measured(False)
-            rows = []
+            cells: list[object] = [index]
             for cand, bucket in ((current, same), (slowed, slow)):
                 if cand is None:
                     continue
                 speed = compared_speed(result, result, previous, cand)
                 bucket.append(speed.change)
-                verdict = "FAIL" if speed.change < -args.tolerance else "pass"
-                rows.append(f"{100 * speed.change:+15.1f}% "
-                            f"{100 * change(previous, cand, 'median_tokens_per_second'):+9.1f}% "
-                            f"{100 * wall_change(previous, cand):+6.1f}% {verdict:>8}")
-            print(f"{index:>5} {' '.join(rows)}")
+                cpu = change(previous, cand, "median_tokens_per_second")
+                cells += [f"{100 * speed.change:+.1f}%", f"{100 * cpu:+.1f}%", f"{100 * wall_change(previous, cand):+.1f}%",
+                          "FAIL" if speed.change < -args.tolerance else "pass"]
+            table.print_row(*cells)
             previous = current
     passed = sum(c >= -args.tolerance for c in same)
     caught = sum(c < -args.tolerance for c in slow)
-
-    def spread(values: list[float]) -> str:
-        return (f"median {100 * statistics.median(values):+.1f}%, min {100 * min(values):+.1f}%, "
-                f"max {100 * max(values):+.1f}%")
-
-    print(f"identical reruns: {spread(same)}; {passed}/{len(same)} pass "
-          f"[{'PASS' if passed == len(same) else 'FAIL'}]")
+    report.add("identical reruns pass the gate", f"{len(same)}/{len(same)}", passed, passed == len(same),
+               f"identical reruns: {Spread.of(same).scaled(100).words(1, '+', '%')}; {passed}/{len(same)} pass "
+               f"[{'PASS' if passed == len(same) else 'FAIL'}]")
     if slow:
-        print(f"2x slowdowns:     {spread(slow)}; {caught}/{len(slow)} fail the gate "
-              f"[{'PASS' if caught == len(slow) else 'FAIL'}]")
-
-
-if __name__ == "__main__":
-    main()
+        report.add("2x slowdowns fail the gate", f"{len(slow)}/{len(slow)}", caught, caught == len(slow),
+                   f"2x slowdowns:     {Spread.of(slow).scaled(100).words(1, '+', '%')}; {caught}/{len(slow)} fail "
+                   f"the gate [{'PASS' if caught == len(slow) else 'FAIL'}]")

@@ -1,4 +1,4 @@
-"""Sections 3 and 4 of benchmarks/refusion.py: tokens/s by batch size, and where that time goes against what
+"""Sections 3 and 4 of the ``refusion`` benchmark: tokens/s by batch size, and where that time goes against what
 batching one forward alone gains (the ceiling)."""
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.common.networks import refusion_checkpoint
+from benchmarks.common.regimes import NO_EOS, make_prompts
+from benchmarks.common.timing import Spread, round_order, seconds_cell
 from harness.timing.clock import timed
 from harness.timing.forward_timer import ForwardTimer
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_rows
-from refusion_cases import NO_EOS, make_prompts
-from refusion_setup import networks, summary
 
 CEILING_SHARE = 0.8  # section 3's batch-8 speed-up over section 4's one-forward-alone gain at batch 8
 # Section 3's rounds per --rounds: its decodes take a fraction of a second, and three of them swung its batch-8
@@ -28,7 +29,7 @@ def batch_workload(args) -> tuple[torch.nn.Module, list[torch.Tensor], Callable[
     """Section 3's workload: the 90% network, the prompts (as many as the largest batch), and a function decoding all
     of them with a number of rows in flight (each later prompt starts in the row of the first to finish). The
     prompts go longest first, the order in which a run batches them (harness.run.generation.length_order)."""
-    native, _, mask_id = networks("90%", 4096, args)
+    native, _, mask_id = refusion_checkpoint("90%", 4096, args.device, args.dtype)
     cfg = RefusionConfig(gen_length=args.batch_canvas, slot_size=8, serial_num_blocks=2, mask_id=mask_id,
                          eos_id=NO_EOS)
     prompts = sorted(make_prompts(max(args.batches), args.device), key=len, reverse=True)
@@ -70,7 +71,7 @@ def section_batch(args) -> BatchTimes | None:
         run(b)  # warm-up
     rounds = BATCH_ROUNDS * args.rounds
     for r in range(rounds):
-        for b in args.batches if r % 2 == 0 else args.batches[::-1]:
+        for b in round_order(args.batches, r):
             with ForwardTimer(native.inner, device) as timer:
                 times[b].append(timed(device, lambda: run(b))[1])
             inside[b].append(timer.seconds())
@@ -81,8 +82,8 @@ def section_batch(args) -> BatchTimes | None:
     net = {b: statistics.median(t) for b, t in inside.items()}
     first = args.batches[0]
     for b, t in times.items():
-        print(f"  batch {b:3d}: {rate[b]:9.1f} tokens/s  (round {summary(t)})  x{rate[b] / rate[first]:.2f}"
-              f"   in network forwards {summary(inside[b])}  x{net[first] / net[b]:.2f}  ({forwards[b]} forwards)")
+        print(f"  batch {b:3d}: {rate[b]:9.1f} tokens/s  (round {seconds_cell(t)})  x{rate[b] / rate[first]:.2f}"
+              f"   in network forwards {seconds_cell(inside[b])}  x{net[first] / net[b]:.2f}  ({forwards[b]} forwards)")
     if 8 not in rate or 1 not in rate:
         return None
     return BatchTimes({b: statistics.median(t) for b, t in times.items()}, net, forwards)
@@ -113,8 +114,8 @@ def section_profile(args, batch: BatchTimes | None) -> float | None:
     rows: dict[int, list[tuple[float, ...]]] = {b: [] for b in args.batches}
     for b in args.batches:
         run(b)  # warm-up
-    for _ in range(args.rounds):
-        for b in args.batches:
+    for r in range(args.rounds):
+        for b in round_order(args.batches, r):
             fed.update(calls=0, tokens=0)
             with profile(activities=activities) as prof:
                 run(b)
@@ -173,16 +174,16 @@ def forward_gain(network: torch.nn.Module, width: int, cached: int, args) -> dic
     calls = {b: uniform_forward(network, b, width, cached, device) for b in args.batches}
     for call in calls.values():
         call()  # warm-up
-    for _ in range(10 * args.rounds):
-        for b in args.batches:
+    for r in range(10 * args.rounds):
+        for b in round_order(args.batches, r):
             times[b].append(timed(device, calls[b])[1])
     median = {b: statistics.median(t) for b, t in times.items()}
     one = median[args.batches[0]] / args.batches[0]
     print(f"\n   one forward alone: {width} new tokens per row on {cached} cached entries (dense mask), "
           f"medians of {10 * args.rounds} interleaved rounds")
     for b, t in times.items():
-        print(f"  batch {b:3d}: {median[b] * 1e3:7.3f} ms [{min(t) * 1e3:.3f}-{max(t) * 1e3:.3f}]"
-              f"  gain from batching x{b * one / median[b]:.2f}")
+        ms = Spread.of(t).scaled(1e3)
+        print(f"  batch {b:3d}: {ms.median:7.3f} ms {ms.bracket(3)}  gain from batching x{b * one / median[b]:.2f}")
     return median
 
 

@@ -9,15 +9,15 @@ tensors are the released model's, the hidden layers are not (their activations a
 
 Each decoder runs its first ``--rounds`` rounds at each row count, twice: the LM head at the cells a step reads
 (``read=``, what the native networks do) and the full head (a network without ``read``, what the stream did before:
-logits over the whole canvas). Per row = (peak at N rows - peak at 1 row) / (N - 1).
+logits over the whole canvas). Per row = (peak at N rows - peak at 1 row) / (N - 1). Counts with no target: they
+are reported.
 
-    python benchmarks/row_memory.py [--rows 1 4] [--prompt 64] [--canvas 512] [--dtype bfloat16] [--rounds 2]
+    python -m benchmarks row_memory [--rows 1 4] [--prompt 64] [--canvas 512] [--dtype bfloat16] [--rounds 2]
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import weakref
 from dataclasses import dataclass
@@ -27,12 +27,12 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from benchmarks.common.networks import tiny_network
+from benchmarks.common.table import Table, columns
+from benchmarks.common.verdict import Report
 from models.decoders.dream import DreamConfig, dream_stream
 from models.decoders.llada import LLaDAConfig, llada_stream
 from models.decoders.sampling import row_seed
-from models.networks.dream import tiny_dream_config
-from models.networks.llada import tiny_llada_config
-from models.networks.loading import build_network
 
 VOCAB = {"llada": 126464, "dream": 152064}
 
@@ -123,10 +123,7 @@ STREAMS = {"llada": llada_stream, "dream": dream_stream}
 
 
 def network_for(kind: str, dtype: torch.dtype) -> torch.nn.Module:
-    config = (tiny_llada_config if kind == "llada" else tiny_dream_config)(VOCAB[kind])
-    if kind == "llada":
-        config = dataclasses.replace(config, max_sequence_length=2048)
-    return build_network(config, dtype=dtype, seed=0)
+    return tiny_network(kind, VOCAB[kind], dtype=dtype, **({"max_sequence_length": 2048} if kind == "llada" else {}))
 
 
 def peak(case: Case, network: torch.nn.Module, rows: int, prompt: int, canvas: int, rounds: int) -> int:
@@ -143,29 +140,31 @@ def peak(case: Case, network: torch.nn.Module, rows: int, prompt: int, canvas: i
     return counted.peak
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", type=int, nargs=2, default=[1, 4], metavar=("ONE", "N"))
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--canvas", type=int, default=512)
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cases", nargs="*", default=[c.name for c in CASES])
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     torch.set_num_threads(1)
     one, many = args.rows
     print(f"peak bytes outside the network, counted; vocab LLaDA {VOCAB['llada']}, Dream {VOCAB['dream']}; prompt "
           f"{args.prompt}, canvas {args.canvas}, {args.dtype} network; per row = (peak at {many} - peak at {one}) / "
           f"{many - one}")
-    print(f"| decoder | LM head | peak, {one} row (MB) | peak, {many} rows (MB) | per row in flight (MB) |")
+    table = Table(columns(("decoder", -1), ("LM head", -1), (f"peak, {one} row (MB)", 1),
+                          (f"peak, {many} rows (MB)", 1), ("per row in flight (MB)", 1)), separator=" | ")
+    print(f"| {table.header()} |")
     print("|---|---|---|---|---|")
     for case in (c for c in CASES if c.name in args.cases):
         network = network_for(case.kind, getattr(torch, args.dtype))
         for head, net in (("at the cells read", network), ("full canvas", FullHead(network))):
             small, large = (peak(case, net, rows, args.prompt, args.canvas, args.rounds) for rows in (one, many))
-            print(f"| {case.name} | {head} | {small / 1e6:.0f} | {large / 1e6:.0f} | "
-                  f"{(large - small) / (many - one) / 1e6:.0f} |", flush=True)
-
-
-if __name__ == "__main__":
-    main()
+            per_row = (large - small) / (many - one)
+            cells = [case.name, head, *(f"{value / 1e6:.0f}" for value in (small, large, per_row))]
+            print(f"| {table.line(cells)} |", flush=True)
+            report.info(f"{case.name}, LM head {head}: peak bytes at {one} row", small)
+            report.info(f"{case.name}, LM head {head}: bytes per extra row in flight", per_row)

@@ -22,7 +22,7 @@ the calls per request. Targets (PASS/FAIL lines):
     (>= 0.95 for the canvas fillers, whose rows all take the same forwards: rows in flight can only keep pace);
   * at the largest N against 1 row: ops per call <= 2x, host reads per call <= 2, bytes copied per request <= 2x.
 
-    python benchmarks/rows_in_flight.py [--data-dir ../shared/data] [--rows 1 8 32] [--canvas 64] [--rounds 3]
+    python -m benchmarks rows_in_flight [--data-dir DATA] [--rows 1 8 32] [--canvas 64] [--rounds 3]
                                         [--decoders sdar llada ...] [--device cuda --dtype bfloat16] [--no-counts]
 """
 
@@ -37,6 +37,12 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from benchmarks.common.counts import Counted
+from benchmarks.common.fastdllm_modes import mode_config
+from benchmarks.common.networks import EndsAt
+from benchmarks.common.table import Table, columns
+from benchmarks.common.timing import DTYPES, Spread, round_order
+from benchmarks.common.verdict import Report
 from harness.run.runner import to_request
 from harness.timing.clock import synchronize
 from harness.timing.forward_timer import ForwardTimer
@@ -56,41 +62,7 @@ from models.options import set_options
 from models.registry import load_adapter, spec_for
 from tasks.registry import make_task
 
-from fastdllm_modes import mode_config
-
-
-class EndsAt(torch.nn.Module):
-    """The native network with a large bias on ``eos`` at every position >= ``stop``, for the calls the decoders
-    make: ``causal_forward`` (AR), ``block_forward`` (block diffusion) and the native ``forward`` (ReFusion)."""
-
-    def __init__(self, inner: torch.nn.Module, eos: int, stop: int, bias: float = 60.0) -> None:
-        super().__init__()
-        self.inner, self.eos, self.stop, self.bias = inner, eos, stop, bias
-
-    def new_cache(self, batch: int, capacity: int):
-        return self.inner.new_cache(batch, capacity)
-
-    def _ended(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        logits[..., self.eos] += self.bias * (positions >= self.stop).to(logits.dtype)
-        return logits
-
-    def causal_forward(self, input_ids, cache, read=None):
-        device = input_ids.device
-        positions = torch.as_tensor(cache.lengths, device=device)[:, None] + torch.arange(input_ids.shape[1],
-                                                                                          device=device)
-        logits = self.inner.causal_forward(input_ids, cache, read=read)
-        return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
-
-    def block_forward(self, input_ids, position_ids, cache, block_length, write):
-        positions = torch.arange(position_ids.start, position_ids.stop, device=input_ids.device)[None] \
-            if isinstance(position_ids, range) else position_ids
-        logits = self.inner.block_forward(input_ids, position_ids, cache, block_length, write)
-        return self._ended(logits, positions.expand_as(input_ids))
-
-    def forward(self, input_ids, position_ids, ragged=None, **kwargs):
-        logits = self.inner(input_ids, position_ids=position_ids, ragged=ragged, **kwargs)
-        positions = position_ids.expand_as(input_ids)
-        return self._ended(logits, ragged.take(positions) if ragged is not None else positions)
+__all__ = ["CONTENDERS", "EndsAt", "count_failures", "count_flight"]  # what the count tests import
 
 
 Ids = dict[str, Any]  # the checkpoint's token ids as its decoder config spells them (``adapter.token_ids()``)
@@ -226,22 +198,13 @@ CONTENDERS = {
 
 
 @dataclass(frozen=True)
-class FlightCount:
+class FlightCount(Counted):
     """One counted stream: ``requests`` prompts through at most ``rows`` rows in flight, what it did outside the
     network's calls, and each request's tokens (in prompt order)."""
 
     rows: int
     requests: int
-    counts: StepCounts
     tokens: list[list[int]]
-
-    @property
-    def ops_per_call(self) -> float:
-        return self.counts.per_forward()[0]
-
-    @property
-    def reads_per_call(self) -> float:
-        return self.counts.per_forward()[1]
 
     @property
     def bytes_per_request(self) -> float:
@@ -263,7 +226,7 @@ def count_flight(contender: Contender, network: torch.nn.Module, prompts: Sequen
     with torch.inference_mode(), OpCounter(calls) as counts:
         for step in contender.stream(calls, list(prompts), cfg, rows):
             tokens.update((i, list(result.token_ids)) for i, result in step.finished)
-    return FlightCount(rows, len(prompts), counts, [tokens[i] for i in range(len(prompts))])
+    return FlightCount(counts=counts, rows=rows, requests=len(prompts), tokens=[tokens[i] for i in range(len(prompts))])
 
 
 def growth(at: float, base: float) -> float:
@@ -309,7 +272,7 @@ def time_schedules(contender: Contender, network: torch.nn.Module, prompts: list
     rates: dict[str, list[float]] = {mode: [] for mode in modes}
     last: dict[str, tuple[list[list[int]], list[float], float]] = {}
     for round_ in range(rounds):
-        for mode in (list(modes) if round_ % 2 == 0 else list(modes)[::-1]):
+        for mode in round_order(list(modes), round_):
             with ForwardTimer(calls, device) as timer:
                 synchronize(device)
                 began = time.perf_counter()
@@ -324,10 +287,11 @@ def time_schedules(contender: Contender, network: torch.nn.Module, prompts: list
 def print_timed(name: str, rows: int, timed: dict[str, Timed]) -> None:
     base = statistics.median(timed["static"].rates)
     for mode, t in timed.items():
-        median = statistics.median(t.rates)
+        rates = Spread.of(t.rates)
         p90 = statistics.quantiles(t.latencies, n=10)[8] if len(t.latencies) > 1 else t.latencies[0]
-        print(f"{name:<21} {rows:>4} {mode:<11} {median:>8.1f} {f'[{min(t.rates):.1f}-{max(t.rates):.1f}]':>17} "
-              f"{statistics.median(t.latencies):>7.3f} {p90:>7.3f} {100 * t.outside:>7.1f}%  {median / base:.2f}x")
+        TABLE.print_row(name, rows, mode, f"{rates.median:.1f}", rates.bracket(1),
+                        f"{statistics.median(t.latencies):.3f}", f"{p90:.3f}", f"{100 * t.outside:.1f}%",
+                        f"{rates.median / base:.2f}x")
 
 
 def print_counts(name: str, base: FlightCount, at: FlightCount) -> None:
@@ -337,10 +301,7 @@ def print_counts(name: str, base: FlightCount, at: FlightCount) -> None:
           f"({copied:.2f}x)")
 
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def run_contender(name: str, args: argparse.Namespace) -> list[str]:
+def run_contender(name: str, args: argparse.Namespace, report: Report) -> list[str]:
     """Time (and count) one decoder at every rows value; returns its FAIL lines."""
     contender = CONTENDERS[name]
     device = torch.device(args.device)
@@ -365,30 +326,39 @@ def run_contender(name: str, args: argparse.Namespace) -> list[str]:
             ratio = statistics.median(timed["continuous"].rates) / statistics.median(timed["static"].rates)
             answers = sorted(len(t) for t in timed["continuous"].tokens)
             target = TARGET if contender.stops else KEEPS_PACE
-            verdict = "PASS" if ratio >= target and same else "FAIL"
             line = (f"{name}: continuous / static tokens/s {ratio:.2f} at {rows} rows (target >= {target}), tokens "
                     f"{'identical' if same else 'DIFFER'}, prompts of {lengths[0]}-{lengths[-1]} tokens, answers of "
                     f"{answers[0]}-{answers[-1]}" + (f" (ending from position {stop})" if contender.stops else ""))
-            print(verdict, line)
-            failures += [line] if verdict == "FAIL" else []
+            if not report.check(f"{name}: continuous / static tokens/s at {rows} rows, tokens identical", ratio,
+                                ">=", target, line, also=same):
+                failures.append(line)
         elif not same:
             failures.append(f"{name}: tokens DIFFER between the schedules at {rows} rows")
-            print("FAIL", failures[-1])
+            report.add(f"{name}: tokens identical between the schedules at {rows} rows", "identical", None, False,
+                       f"FAIL {failures[-1]}")
     if len(counted) > 1:
         base, top = counted[min(counted)], counted[max(counted)]
         missed = count_failures(name, base, top)
+        ops, copied = growth(top.ops_per_call, base.ops_per_call), growth(top.bytes_per_request, base.bytes_per_request)
+        bound = BYTES_GROWTH_OF.get(name, BYTES_GROWTH)
         print("PASS" if not missed else "FAIL", f"{name} counts at {top.rows} rows against {base.rows}: ops per call "
-              f"{growth(top.ops_per_call, base.ops_per_call):.2f}x (target <= {OPS_GROWTH}x), reads per call "
-              f"{top.reads_per_call:.2f} (target <= {READS_PER_CALL}), bytes copied per request "
-              f"{growth(top.bytes_per_request, base.bytes_per_request):.2f}x (target <= {BYTES_GROWTH_OF.get(name, BYTES_GROWTH)}x)")
+              f"{ops:.2f}x (target <= {OPS_GROWTH}x), reads per call {top.reads_per_call:.2f} (target <= "
+              f"{READS_PER_CALL}), bytes copied per request {copied:.2f}x (target <= {bound}x)")
+        at = f"at {top.rows} rows against {base.rows}"
+        report.check(f"{name}: ops per call {at}", ops, "<=", OPS_GROWTH)
+        report.check(f"{name}: host reads per call at {top.rows} rows", top.reads_per_call, "<=", READS_PER_CALL)
+        report.check(f"{name}: bytes copied per request {at}", copied, "<=", bound)
         for line in missed:
             print("   ", line)
         failures += missed
     return failures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+TABLE = Table(columns(("decoder", -21), ("rows", 4), ("schedule", -11), ("tok/s", 8), ("[min-max]", 17), ("p50 s", 7),
+                      ("p90 s", 7), ("outside", 8), ("ratio", 6)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="a folder with gsm8k/test.jsonl (default: "
                                                                       "the bundled fixture items, repeated)")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32], help="rows in flight (and static batch "
@@ -401,20 +371,17 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES))
     parser.add_argument("--no-counts", action="store_true", help="time only (the counts are the same on any device)")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     args.rows = sorted(set(args.rows))
     if (args.prompts or 2) < 2:
-        parser.error("--prompts must be at least 2 (a latency spread needs two requests)")
+        raise ValueError("--prompts must be at least 2 (a latency spread needs two requests)")
     torch.set_num_threads(1)
     print(f"GSM8K prompts ({'local split' if args.data_dir else 'fixture items, repeated'}), "
           f"{args.prompts or '2 x rows'} requests at {', '.join(map(str, args.rows))} rows, canvas {args.canvas}, "
           f"{args.device} {args.dtype}; medians [min-max] of {args.rounds} interleaved rounds, each decoder on its "
           f"tiny checkpoint's network, one thread")
-    print(f"{'decoder':<21} {'rows':>4} {'schedule':<11} {'tok/s':>8} {'[min-max]':>17} {'p50 s':>7} {'p90 s':>7} "
-          f"{'outside':>8}  ratio")
-    failures = [line for name in args.decoders for line in run_contender(name, args)]
+    TABLE.print_header()
+    failures = [line for name in args.decoders for line in run_contender(name, args, report)]
     print("PASS every target" if not failures else f"{len(failures)} target(s) missed")
-
-
-if __name__ == "__main__":
-    main()

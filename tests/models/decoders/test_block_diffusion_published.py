@@ -2,7 +2,7 @@
 forward: JetAstra/SDAR ``generate.py`` (``block_diffusion_generate``) and NVlabs/Fast-dLLM
 ``v2/generation_functions.py`` (``batch_sample``).
 
-The published code runs in its own environment through benchmarks/block_diffusion_reference.py, on the same tiny
+The published code runs in its own environment through benchmarks/reference/block_diffusion_reference.py, on the same tiny
 checkpoint (tiny-sdar, tiny-fastdllm-v2) in float32 on the CPU; the project side is ``block_diffusion_generate`` on
 the native network. The environment is ReFusion's (docs/benchmarks.md), which serves both:
 ``python3 -m venv REFENV && REFENV/bin/pip install torch==2.13.0 transformers==4.52.4 numpy pandas tqdm``. Set
@@ -78,7 +78,7 @@ from models.decoders.contract import cut_after_eos
 from models.networks.loading import load_network
 from models.tiny import materialize
 
-WORKER = Path(__file__).resolve().parents[3] / "benchmarks" / "block_diffusion_reference.py"
+WORKER = Path(__file__).resolve().parents[3] / "benchmarks" / "reference" / "block_diffusion_reference.py"
 NO_EOS = 10**6  # an id no tiny model emits: decode the whole canvas
 EARLY, COMMIT, FIRST_BLOCK = -1, -2, -3  # Case.eos: an id found on the decoder's output (Side.find_eos)
 FORWARD_LIMIT = 500  # both sides stop a decode that stalls (a network proposing the mask id loops forever)

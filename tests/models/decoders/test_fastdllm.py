@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from diffusion_stubs import ScriptedNet, one_hot_table, per_position_logits
-from fastdllm_modes import MODES, mode_config
+from benchmarks.common.fastdllm_modes import MODES, mode_config
 from models.decoders.contract import ConfigError, DecodeResult
 from models.decoders.dream import DreamConfig, dream_generate
 from models.decoders.fastdllm.core import Padding, full_forward, window_forward

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from rows_in_flight import CONTENDERS, EndsAt, count_failures, count_flight
-from step_ops import MASK, NETWORKS, VOCAB
+from benchmarks.rows_in_flight import CONTENDERS, EndsAt, count_failures, count_flight
+from benchmarks.step_ops import MASK, NETWORKS, VOCAB
 
 CANVAS, ROWS = 64, 8
 EOS = VOCAB - 2  # an id the networks can produce (EndsAt makes them); the mask is the last id

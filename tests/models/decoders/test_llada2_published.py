@@ -90,7 +90,7 @@ def test_tokens_and_forwards_equal_the_published_generate(tiny, tmp_path):
             configs[full] = config(tiny, **{**changes, "eos_early_stop": stop})
             cases.append(reference_case(full, n, configs[full], seed))
     (tmp_path / "cases.json").write_text(json.dumps({"cases": cases}))
-    subprocess.run([python, str(ROOT / "benchmarks" / "llada2_generate_reference.py"), f"--reference={checkout}",
+    subprocess.run([python, str(ROOT / "benchmarks" / "reference" / "llada2_generate_reference.py"), f"--reference={checkout}",
                     f"--checkpoint={folder}", f"--cases={tmp_path / 'cases.json'}", f"--out={tmp_path / 'out.json'}"],
                    check=True, cwd=ROOT)
     published = json.loads((tmp_path / "out.json").read_text())

@@ -2,7 +2,7 @@
 forward, on both of the project's networks.
 
 The published code imports transformers 4.x modules that this environment's transformers no longer has, so it runs
-in its own environment through benchmarks/refusion_reference.py, on its own network class loaded from the same
+in its own environment through benchmarks/reference/refusion_worker.py, on its own network class loaded from the same
 tiny checkpoint. Set REFUSION_REFERENCE_DIR to a checkout of it and REFUSION_REFERENCE_PYTHON to a Python that
 imports it (torch 2.13.0 and transformers 4.52.4, as docs/benchmarks.md shows); without them these tests skip.
 The cases have no end-of-sequence (the two reference defects the project fixes are both about one, docs/decoders.md
@@ -20,8 +20,8 @@ import torch
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
 from models.networks.loading import load_network
 from models.tiny import materialize
-from refusion_cases import NO_EOS, biased, make_prompts
-from refusion_published import PublishedUnavailable, PublishedWorker
+from benchmarks.common.regimes import NO_EOS, biased, make_prompts
+from benchmarks.reference.refusion_published import PublishedUnavailable, PublishedWorker
 
 PROMPTS = 3
 CASES = [

@@ -5,7 +5,7 @@ forward stay <= 2 at batch 1, 8 and 16, ops outside the network per forward grow
 from __future__ import annotations
 
 import pytest
-from step_ops import CASES, measure, verdicts
+from benchmarks.step_ops import CASES, measure, verdicts
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -18,7 +18,7 @@ from models.networks.grouped_attention import (GroupedWindows, dense_mask, group
                                                plan_grouped)
 from models.networks.loading import load_network
 from models.tiny import materialize
-from refusion_cases import NO_EOS, biased, make_prompts
+from benchmarks.common.regimes import NO_EOS, biased, make_prompts
 
 CPU = torch.device("cpu")
 

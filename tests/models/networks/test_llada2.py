@@ -2,7 +2,7 @@
 independent computation: block-causal forwards against a KVBuffer against one plain forward under a block-causal
 mask; the grouped experts and the router against a per-token float64 re-derivation; the stored names against the
 released layout; and, given a reference environment, the logits and router choices against the published modeling
-code (benchmarks/llada2_reference.py)."""
+code (benchmarks/reference/llada2_reference.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ torch.set_num_threads(2)
 BLOCK = 4
 TOL = 2e-5
 VOCAB = 300
-WORKER = Path(__file__).resolve().parents[3] / "benchmarks" / "llada2_reference.py"
+WORKER = Path(__file__).resolve().parents[3] / "benchmarks" / "reference" / "llada2_reference.py"
 
 
 def tiny_network(config: LLaDA2NetworkConfig, seed: int) -> LLaDA2Network:

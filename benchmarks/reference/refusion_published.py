@@ -1,6 +1,7 @@
-"""The project side of the published ReFusion decoder: benchmarks/refusion_reference.py started in a subprocess with
-the Python of an environment the published code imports in, and asked for one case at a time (so a caller's rounds
-interleave with it). Used by benchmarks/refusion.py and tests/models/decoders/test_refusion_published.py."""
+"""The project side of the published ReFusion decoder: benchmarks/reference/refusion_worker.py started in a subprocess
+with the Python of an environment the published code imports in, and asked for one case at a time (so a caller's
+rounds interleave with it). Used by the ``refusion_reference`` benchmark and
+tests/models/decoders/test_refusion_published.py."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class PublishedWorker:
             raise PublishedUnavailable(f"no generate.py in {checkout}")
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [python, str(Path(__file__).with_name("refusion_reference.py")), f"--reference={checkout}",
+            [python, str(Path(__file__).with_name("refusion_worker.py")), f"--reference={checkout}",
              f"--checkpoint={checkpoint}", *(f"--{k.replace('_', '-')}={v}" for k, v in flags.items())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self._answer()  # {"ready": true}, or the import error

@@ -1,14 +1,14 @@
 """Worker for tests/models/decoders/test_llada2_published.py: the published LLaDA2 ``generate``
 (``modeling_llada2_moe.py``, dFactory ``models/llada2_moe/``) on a checkpoint in the released layout, batch 1.
 
-It runs with the reference environment's Python (benchmarks/llada2_reference.py: same stubs of VeOmni's imports,
+It runs with the reference environment's Python (benchmarks/reference/llada2_reference.py: same stubs of VeOmni's imports,
 same loading checks; the checkpoint in fp32, generate's bf16 mask cast to fp32, which is exact) and writes per case
 the generated ids (prompt removed) and the number of model forwards.
 ``torch.manual_seed(seed)`` precedes each case, so the file's multinomial draws come from the global generator seeded
 as the harness seeds its own. The file's early-stop return (``eos_early_stop``) holds the prompt and its normal
 return does not; the worker removes a leading prompt in the early-stop case only.
 
-    PY benchmarks/llada2_generate_reference.py --reference=CHECKOUT --checkpoint=FOLDER --cases=IN.json --out=OUT.json
+    PY benchmarks/reference/llada2_generate_reference.py --reference=CHECKOUT --checkpoint=FOLDER --cases=IN.json --out=OUT.json
 
 IN.json: ``{"cases": [{"name", "prompt": [ids], "gen_length", "block_length", "steps", "threshold",
 "temperature", "top_k", "top_p", "eos_early_stop", "seed", "eos_id", "mask_id"}]}``. OUT.json: name ->

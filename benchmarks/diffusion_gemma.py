@@ -6,11 +6,12 @@ batch sizes ``--batch``, after one warm-up call per batch size, in ``--rounds`` 
 medians. Tokens are the harness's (generated up to and including the first end of sequence); a random tiny model
 rarely ends early, so a call fills ``ceil(canvas / 16)`` canvases of ``--steps`` denoising steps at most each.
 
-    python benchmarks/diffusion_gemma_speed.py [--canvas 32] [--steps 8] [--batch 1 4] [--prompts 4] [--rounds 3]
-                                               [--device auto] [--dtype auto]
+    python -m benchmarks diffusion_gemma [--canvas 32] [--steps 8] [--batch 1 4] [--prompts 4] [--rounds 3]
+                                         [--device auto] [--dtype auto]
 
-``diffusion_gemma_speed(...)`` returns the rows, for another script (benchmarks/decoders.py) to print beside its own.
-On the CPU the script runs one torch thread.
+No target: most of its time outside forwards is transformers' sampler (docs/benchmarks.md); the figures are reported.
+``diffusion_gemma_speed(...)`` returns the rows, for the ``decoders`` benchmark to print beside its own. On the CPU
+it runs one torch thread.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Sequence
 
 import torch
 
+from benchmarks.common.table import Table, columns
+from benchmarks.common.verdict import Report
 from harness.run.generation import generate_timed, resolve_device
 from models.base import GenerationRequest, Message
 from models.registry import load_adapter, spec_for
@@ -83,15 +86,18 @@ def diffusion_gemma_speed(device: torch.device, dtype: torch.dtype = torch.float
     return [row_of(batch, calls[batch]) for batch in batches]
 
 
+TABLE = Table(columns(("batch", 5), ("tokens/s", 10), ("forwards/token", 15), ("decoder steps/token", 20),
+                      ("outside forwards", 17)))
+
+
 def print_rows(rows: Sequence[SpeedRow]) -> None:
-    print(f"{'batch':>5} {'tokens/s':>10} {'forwards/token':>15} {'decoder steps/token':>20} {'outside forwards':>17}")
+    TABLE.print_header()
     for row in rows:
-        print(f"{row.batch:>5} {row.tokens_per_second:>10.1f} {row.forwards_per_token:>15.3f} "
-              f"{row.decoder_steps_per_token:>20.3f} {row.outside_share:>16.1%}")
+        TABLE.print_row(row.batch, f"{row.tokens_per_second:.1f}", f"{row.forwards_per_token:.3f}",
+                        f"{row.decoder_steps_per_token:.3f}", f"{row.outside_share:.1%}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--canvas", type=int, default=32, help="tokens per request (tiny canvases are 16)")
     parser.add_argument("--steps", type=int, default=8, help="max_denoising_steps per canvas")
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 4])
@@ -99,14 +105,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; figures are their medians")
     parser.add_argument("--device", default="auto", help="as run_eval.py's: auto, cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default="auto", help="as run_eval.py's: auto (bfloat16 on cuda), float32, ...")
-    args = parser.parse_args()
+
+
+def run(args: argparse.Namespace, report: Report) -> None:
     device = resolve_device(args.device)
     dtype = parse_dtype(args.dtype, device)
     if device.type == "cpu":
         torch.set_num_threads(1)
     print(f"tiny-diffusiongemma on {device}, {dtype}: {args.prompts} requests of {args.canvas} tokens, at most "
           f"{args.steps} denoising steps per canvas; medians of {args.rounds} interleaved rounds")
-    print_rows(diffusion_gemma_speed(device, dtype, args.canvas, args.steps, args.batch, args.prompts, args.rounds))
-
-if __name__ == "__main__":
-    main()
+    rows = diffusion_gemma_speed(device, dtype, args.canvas, args.steps, args.batch, args.prompts, args.rounds)
+    print_rows(rows)
+    for row in rows:
+        report.info(f"batch {row.batch}: share of decode time outside forwards", row.outside_share)
+        report.info(f"batch {row.batch}: tokens/s", row.tokens_per_second)

@@ -23,7 +23,7 @@ block, under the block-causal mask the modeling file implies, without a cache (`
 difference is reported. For SDAR the worker also counts *overwrites*: positions of the current block that were not
 masks at the previous forward and hold another token now (the published top-k picking non-mask positions).
 
-    PY benchmarks/block_diffusion_reference.py sdar|fastdllm-v2 --reference=CHECKOUT --checkpoint=FOLDER \
+    PY benchmarks/reference/block_diffusion_reference.py sdar|fastdllm-v2 --reference=CHECKOUT --checkpoint=FOLDER \
         --cases=CASES.json --out=ANSWERS.json
 
 CASES.json is ``{"cases": [{"name": ..., "prompts": [[ids], ...], ...settings}]}``. SDAR's settings are its

@@ -1,118 +1,21 @@
-"""Sections 1 and 2 of benchmarks/refusion.py: wall time against the published decoder, and time per token and per
-forward by canvas beside the AR decoder."""
+"""Section 2 of the ``refusion`` benchmark: time per generated token and per forward by canvas, ReFusion beside the
+AR decoder on the same checkpoint in the same acceptance regime."""
 
 from __future__ import annotations
 
 import statistics
-import sys
 from typing import Callable
 
 import torch
 
+from benchmarks.common.networks import refusion_checkpoint
+from benchmarks.common.regimes import NO_EOS, REGIMES, make_prompts
+from benchmarks.common.timing import Spread, round_order
 from harness.timing.clock import timed
 from harness.timing.forward_timer import ForwardTimer
 from models.decoders.ar import ARConfig, ar_generate
 from models.decoders.refusion.decoder import RefusionConfig, refusion_decode_row
 from models.networks.hf_causal import TransformersCausalLM
-from models.tiny import materialize
-from refusion_cases import NO_EOS, REGIMES, make_prompts
-from refusion_published import PublishedUnavailable, PublishedWorker
-from refusion_setup import networks, summary
-
-
-def start_published(args, prompts: int) -> tuple[PublishedWorker | None, str]:
-    """The published decoder's worker, or (None, why not)."""
-    if not args.reference:
-        return None, "no --reference given"
-    try:
-        return PublishedWorker(args.reference_python or sys.executable, args.reference, materialize("tiny-refusion"),
-                               prompts=prompts, device=args.device, dtype=args.dtype, threads=args.threads), ""
-    except PublishedUnavailable as error:  # e.g. the checkout does not import here (it targets transformers 4.x)
-        return None, str(error)
-
-
-def section_reference(args) -> dict[str, float]:
-    """Each regime of ``--reference-regimes`` and canvas: the three decoders on the same prompts, rounds interleaved.
-    Returns, by regime, the project's (native network) wall time over the published decoder's, summed over the
-    canvases of at least 512 (the issue's bar: mostly accepted and never confident, where the decoder's own work is
-    largest), and over all canvases for 90%."""
-    cases = {"prompts": 3, "slot_size": 8, "serial_num_blocks": 2}
-    prompts = make_prompts(cases["prompts"], args.device)
-    worker, why = start_published(args, cases["prompts"])
-    ratios: dict[str, float] = {}
-    for regime in args.reference_regimes:
-        ratio = reference_regime(args, regime, prompts, cases, worker, why)
-        ratios.update({f"{regime} {key}": value for key, value in ratio.items()})
-    if worker is not None:
-        worker.close()
-    return ratios
-
-
-def reference_regime(args, regime: str, prompts, cases: dict, worker: PublishedWorker | None,
-                     why: str) -> dict[str, float]:
-    native, hf, mask_id = networks(regime, 4096, args)
-
-    device = torch.device(args.device)
-    inside: dict[tuple[str, int], list[float]] = {}  # time in the network's forwards (the wrapper's included)
-
-    def project(name: str, network, canvas: int) -> tuple[float, list[list[int]]]:
-        cfg = RefusionConfig(gen_length=canvas, slot_size=cases["slot_size"],
-                             serial_num_blocks=cases["serial_num_blocks"], mask_id=mask_id, eos_id=NO_EOS)
-        with ForwardTimer(network, device) as forwards:
-            tokens, seconds = timed(device, lambda: [refusion_decode_row(network, p[None], cfg).token_ids
-                                                     for p in prompts])
-        inside.setdefault((name, canvas), []).append(forwards.seconds())
-        return seconds, tokens
-
-    rows: dict[str, Callable[[int], tuple[float, list[list[int]]]]] = {
-        "project, native network": lambda c: project("native", native, c),
-        "project, transformers network": lambda c: project("transformers", hf, c),
-    }
-    if worker is not None:
-        def published(canvas: int) -> tuple[float, list[list[int]]]:
-            answer = worker.decode(canvas, regime, slot_size=cases["slot_size"],
-                                   serial_num_blocks=cases["serial_num_blocks"])
-            return answer.seconds, answer.tokens
-
-        rows["published decoder"] = published
-    canvases = args.reference_canvas
-    tokens = {(name, c): fn(c)[1] for c in canvases for name, fn in rows.items()}  # warm-up; compared below
-    times: dict[tuple[str, int], list[float]] = {key: [] for key in tokens}
-    for _ in range(args.rounds):
-        for c in canvases:
-            for name, fn in rows.items():
-                seconds, out = fn(c)
-                times[name, c].append(seconds)
-                if out != tokens[name, c]:
-                    raise RuntimeError(f"{name}: tokens changed between rounds at canvas {c}")
-    print(f"\n## 1. same cases ({cases['prompts']} prompts, regime {regime}, {cases['serial_num_blocks']} serial "
-          "blocks), wall time per round, by canvas")
-    for c in canvases:
-        base = statistics.median(times["project, transformers network", c])
-        for name in rows:
-            same = tokens[name, c] == tokens["project, transformers network", c]
-            print(f"  {c:5d} {name:30s} {summary(times[name, c])}  x{statistics.median(times[name, c]) / base:.2f}"
-                  f" of transformers  tokens identical: {same}")
-    if worker is None:
-        print(f"        published decoder              skipped ({why})")
-        return {}
-    median = {key: statistics.median(t) for key, t in times.items()}
-    network = {c: statistics.median(inside["native", c][1:]) for c in canvases}  # [0]: the warm-up
-    for c in canvases:
-        print(f"  canvas {c:5d}: project (native) / published = "
-              f"{median['project, native network', c] / median['published decoder', c]:.2f}; its network forwards "
-              f"alone / published = {network[c] / median['published decoder', c]:.2f} (no decoder work can go below)")
-
-    def over(selected: list[int], project: Callable[[int], float]) -> float:
-        return sum(project(c) for c in selected) / sum(median["published decoder", c] for c in selected)
-
-    def wall(c: int) -> float:
-        return median["project, native network", c]
-
-    large = [c for c in canvases if c >= 512]
-    return {"all canvases": over(canvases, wall),
-            **({"512+": over(large, wall), "512+ network": over(large, network.__getitem__)} if large else {})}
-
 
 ROWS = ("refusion", "ar")  # section 2's fixed-block table: ReFusion and the AR decoder, alternated within a round
 
@@ -127,7 +30,7 @@ def fixed_block_config(canvas: int, args, mask_id: int) -> RefusionConfig | None
 
 
 def cell(times: list[float], digits: int = 3) -> str:
-    return f"{statistics.median(times):9.3f} [{min(times):.{digits}f}-{max(times):.{digits}f}]"
+    return Spread.of(times).cell(3, 9, digits)
 
 
 def section_canvas(args) -> dict[str, float | None]:
@@ -147,7 +50,7 @@ def section_canvas(args) -> dict[str, float | None]:
     prompt = make_prompts(1, args.device)[0][None]
     ones = torch.ones_like(prompt)
     for regime in REGIMES:  # rejections repeat every serial block: each block has the same mix of forwards
-        native, hf, mask_id = networks(regime, 4096, args, period=args.serial_block)
+        native, hf, mask_id = refusion_checkpoint(regime, 4096, args.device, args.dtype, period=args.serial_block)
         runs: dict[tuple[str, int], tuple[torch.nn.Module, Callable[[], list[int]]]] = {}
         for c in args.canvas:
             two = RefusionConfig(gen_length=c, slot_size=8, serial_num_blocks=2, mask_id=mask_id, eos_id=NO_EOS)
@@ -169,7 +72,7 @@ def section_canvas(args) -> dict[str, float | None]:
         times: dict[tuple[str, int], list[float]] = {key: [] for key in runs}
         outside: dict[tuple[str, int], list[float]] = {key: [] for key in runs}  # the decoder's own time
         for r in range(args.rounds):
-            order = ROWS + ("two blocks",) if r % 2 == 0 else ("two blocks",) + ROWS[::-1]
+            order = round_order(ROWS + ("two blocks",), r)
             for c in args.canvas:
                 for row in order:
                     if (row, c) in runs:
@@ -196,7 +99,7 @@ def section_canvas(args) -> dict[str, float | None]:
           "blocks (the paper's settings: 512 tokens in 4 to 64)")
     print("   on the native network; AR = models.decoders.ar.ar_generate (greedy, KV cache, one forward per token) on "
           "transformers' Qwen3ForCausalLM")
-    print("   built from the same tiny-refusion checkpoint, in the same regime wrapper (benchmarks/refusion_cases.py), "
+    print("   built from the same tiny-refusion checkpoint, in the same regime wrapper (benchmarks/common/regimes.py), "
           "so the logits cost alike;")
     print(f"   the 90% regime's seeded rejections repeat every {args.serial_block} positions, so every serial block "
           "has the same mix of forwards")

@@ -1,15 +1,15 @@
-"""Worker for benchmarks/refusion.py and tests/models/decoders/test_refusion_published.py: the published ReFusion decoder on
-its own network class, run with the Python of an environment the published code imports in (it targets
-transformers 4.x; docs/benchmarks.md gives one).
+"""Worker for the ``refusion_reference`` benchmark and tests/models/decoders/test_refusion_published.py: the published
+ReFusion decoder on its own network class, run with the Python of an environment the published code imports in (it
+targets transformers 4.x; docs/benchmarks.md gives one).
 
 It loads the checkpoint with the checkout's ``qwen3.modeling_qwen3_refusion.Qwen3ForCausalLM``, prints one JSON line
 ``{"ready": true}``, then answers each JSON line on stdin, a case such as ``{"canvas": 128, "regime": "90%"}`` (and
 optionally ``slot_size``, ``serial_num_blocks``, ``slot_threshold``, ``token_threshold``), by decoding every prompt
-once with the network wrapped as the project side wraps its own (benchmarks/refusion_cases.py) and printing
+once with the network wrapped as the project side wraps its own (benchmarks/common/regimes.py) and printing
 ``{"seconds": s, "tokens": [...], "forwards": [...]}``: the wall time of the decode measured in here, and per prompt
 the generated ids and the network calls. A caller asks for one case at a time, so its own rounds interleave.
 
-    PY benchmarks/refusion_reference.py --reference CHECKOUT --checkpoint FOLDER [--prompts 3]
+    PY benchmarks/reference/refusion_worker.py --reference CHECKOUT --checkpoint FOLDER [--prompts 3]
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from refusion_cases import NO_EOS, biased, make_prompts
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmarks.common's torch-only parts
+from benchmarks.common.regimes import NO_EOS, biased, make_prompts  # noqa: E402
 
 
 def synchronized(device: str) -> None:

@@ -1,5 +1,6 @@
-"""The ReFusion benchmark's cases, shared by the project side (benchmarks/refusion.py) and the published decoder's
-worker (benchmarks/refusion_reference.py, which runs in the published code's own environment): torch only.
+"""ReFusion's acceptance regimes, shared by the project side (the ``refusion`` and ``step_ops`` benchmarks, the
+decoder tests) and the published decoder's worker (benchmarks/reference/refusion_worker.py, which runs in the
+published code's own environment): torch only, so it imports there.
 
 A network is wrapped so the acceptance rate is known: ``all`` adds a large bias at a fixed answer for both heads
 (every slot accepted by the first verification), ``90%`` leaves the next-token bias off at a seeded 10% of

@@ -16,7 +16,7 @@ checkout. The dFactory copy imports VeOmni, a training framework, for four names
   SDPA one (transformers' default for this file), every stored tensor must load with none missing, and
   ``moe_infer`` must run once per MoE layer and forward (its count is written to the output).
 
-    PY benchmarks/llada2_reference.py --reference=CHECKOUT --checkpoint=FOLDER --cases=CASES.json --out=OUT.safetensors
+    PY benchmarks/reference/llada2_reference.py --reference=CHECKOUT --checkpoint=FOLDER --cases=CASES.json --out=OUT.safetensors
 
 CHECKOUT: a folder holding ``modeling_llada2_moe.py`` and ``configuration_llada2_moe.py``. CASES.json:
 ``{"cases": [{"name": ..., "input_ids": [[ids] per row], "position_ids": [[...]] or null (0..L-1),
