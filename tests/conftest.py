@@ -1,4 +1,5 @@
-"""Shared test setup: offline, one CPU thread, and tiny models cached in one folder per test session.
+"""Shared test setup: offline, one CPU thread (a served engine's too), and tiny models cached in one folder per test
+session.
 
 The tests run tiny models whose ops gain nothing from more threads, and the machine may be shared: torch's default
 (a thread per core) made the quick set take 3x the CPU time and 10x the wall time under load. The variables are set
@@ -15,6 +16,9 @@ import pytest
 TEST_THREADS = os.environ.get("DLLM_TEST_THREADS", "1")
 for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, TEST_THREADS)
+# A vLLM CPU server (the engine tests) otherwise binds a spinning OpenMP thread to every core, which starves the tests
+# running beside it (-n): unbound, it runs the one thread above.
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
