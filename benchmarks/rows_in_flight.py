@@ -46,7 +46,7 @@ from benchmarks.common.verdict import Report
 from harness.run.runner import to_request
 from harness.timing.clock import synchronize
 from harness.timing.forward_timer import ForwardTimer
-from harness.timing.op_count import OpCounter, StepCounts
+from harness.timing.op_count import OpCounter
 from models.adapters.native import NetworkCalls
 from models.decoders.ar import ARConfig, ar_generate, ar_stream
 from models.decoders.block_diffusion import BlockDiffusionConfig, block_diffusion_generate, block_diffusion_stream
