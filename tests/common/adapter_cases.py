@@ -6,8 +6,9 @@ from __future__ import annotations
 from models.base import GenerationRequest, Message
 
 
-def chat(question: str, canvas: int = 24, prefill: str | None = None) -> GenerationRequest:
-    turns = [Message("user", question)] + ([Message("assistant", prefill)] if prefill else [])
+def chat(question: str, canvas: int = 24, prefill: str | None = None, system: str | None = None) -> GenerationRequest:
+    turns = ([Message("system", system)] if system else []) + [Message("user", question)]
+    turns += [Message("assistant", prefill)] if prefill else []
     return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas)
 
 

@@ -15,6 +15,7 @@ import torch
 
 from harness.gate.drift import is_deterministic
 from harness.run.generation import generate_timed
+from adapter_cases import chat
 from models.base import GenerationRequest, Message
 from models.decoders.contract import ConfigError
 from models.decoders.diffusion_gemma import (DiffusionGemmaOptions, PassCount, call_seed, rows_from_output,
@@ -27,11 +28,6 @@ CPU = torch.device("cpu")
 SEED = 1234
 STEPS = 3  # denoising steps per canvas: few, so each call is a handful of passes on the CPU
 CANVAS = 16  # tiny-diffusiongemma's canvas_length
-
-
-def chat(question: str, canvas: int = 24, prefill: str | None = None) -> GenerationRequest:
-    turns = [Message("user", question)] + ([Message("assistant", prefill)] if prefill else [])
-    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas)
 
 
 REQUESTS = [chat("What is 2 + 2?"), chat("A much longer question about apples, pears and 17 oranges?")]

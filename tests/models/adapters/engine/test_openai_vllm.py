@@ -12,21 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.base import GenerationRequest, Message
+from adapter_cases import chat
 from models.registry import load_adapter, spec_for
 
 REPO = Path(__file__).resolve().parents[4]
 IDS = json.dumps({"return_token_ids": True})  # vLLM's extension: the generated ids beside the text
 
 
-def chat(question: str, canvas: int = 96, prefill: str | None = None, system: str | None = None):
-    turns = ([Message("system", system)] if system else []) + [Message("user", question)]
-    turns += [Message("assistant", prefill)] if prefill else []
-    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas)
-
-
 # As the engine's own test: two end in an end-of-sequence id inside the canvas, two fill it (one continues a prefill).
-REQUESTS = [chat("Question 10: what is 10 times 13?"), chat("Question 29: what is 29 times 32?"),
+REQUESTS = [chat("Question 10: what is 10 times 13?", 96), chat("Question 29: what is 29 times 32?", 96),
             chat("What is 2 + 2?", canvas=40, system="Answer briefly."),
             chat("Pick one.", canvas=40, prefill="The best answer is")]
 

@@ -18,7 +18,8 @@ import torch
 from harness.files import cache_root, read_jsonl, write_jsonl_atomic
 from models.adapters.engine.server import EngineError
 from models.real_tokenizer import TokenizerFetchError, fetch_tokenizer
-from models.base import GenerationRequest, Message
+from adapter_cases import chat
+from models.base import GenerationRequest
 from models.registry import ModelSpec, load_adapter
 from models.tiny import materialize
 
@@ -26,14 +27,8 @@ CPU = torch.device("cpu")
 REPO = Path(__file__).resolve().parents[4]
 
 
-def chat(question: str, canvas: int = 96, prefill: str | None = None, system: str | None = None):
-    turns = ([Message("system", system)] if system else []) + [Message("user", question)]
-    turns += [Message("assistant", prefill)] if prefill else []
-    return GenerationRequest(messages=tuple(turns), canvas_tokens=canvas)
-
-
 # Two of these end in an end-of-sequence id well inside the canvas on the tiny model; the others fill it.
-REQUESTS = [chat("Question 10: what is 10 times 13?"), chat("Question 29: what is 29 times 32?"),
+REQUESTS = [chat("Question 10: what is 10 times 13?", 96), chat("Question 29: what is 29 times 32?", 96),
             chat("What is 2 + 2?", canvas=40, system="Answer briefly."),
             chat("Pick one.", canvas=40, prefill="The best answer is"),
             GenerationRequest(prompt="Once upon a time", canvas_tokens=32)]
