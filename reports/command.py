@@ -6,20 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.errors import USAGE_ERROR, UserError
+from harness.errors import OneLineParser, UserError, one_line_failure
 from reports.browser import BrowserLimits
 from reports.report_data import ReportError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every bad input ends in one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise ReportError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_eval.py report",
+    p = OneLineParser(prog="run_eval.py report", error=ReportError,
                 description="Write a self-contained HTML report (plus CSV and Markdown tables) comparing runs.")
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN", help="run folders (or results JSON files)")
     p.add_argument("--output", type=Path,
@@ -48,14 +41,8 @@ def main_report(argv: list[str]) -> int:
             raise ReportError(f"--max-items must be 0 or more, got {args.max_items}")
         output = args.output or default_output(args.runs)
         path = write_report(args.runs, output, args.baseline, BrowserLimits(items_per_task=args.max_items))
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    except UserError as error:
-        print(f"report: error: {error}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as error:
-        print(f"report: error: cannot write the report: {error}", file=sys.stderr)
-        return USAGE_ERROR
+    except (SystemExit, UserError, OSError) as failure:
+        return one_line_failure("report", failure, "the report")
     print(f"report: {path}")
     return 0
 

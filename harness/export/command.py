@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime
 from pathlib import Path
 
-from harness.errors import USAGE_ERROR, UsageError, UserError
+from harness.errors import OneLineParser, UsageError, UserError, one_line_failure
 
 FORMATS = ("lm-eval",)
 DEFAULT_FOLDER = "lm-eval"  # RUN/lm-eval/<model>/ unless --output says otherwise
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every bad input ends in one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_eval.py export",
+    p = OneLineParser(prog="run_eval.py export",
                 description="Write a finished run's results and samples in lm-eval's layout (results_<time>.json and "
                             "samples_<task>_<time>.jsonl per model), for the tools that read lm-eval's output.")
     p.add_argument("run", type=Path, metavar="RUN", help="a run folder (or its results JSON file)")
@@ -44,14 +36,8 @@ def main_export(argv: list[str]) -> int:
         from harness.export.lm_eval_layout import export_run
 
         written = export_run(run, args.output or run.root / DEFAULT_FOLDER, datetime.now())
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    except UserError as error:
-        print(f"export: error: {error}", file=sys.stderr)
-        return USAGE_ERROR
-    except OSError as error:
-        print(f"export: error: cannot write the export: {error}", file=sys.stderr)
-        return USAGE_ERROR
+    except (SystemExit, UserError, OSError) as failure:
+        return one_line_failure("export", failure, "the export")
     for model in written:
         print(f"{model.model}: {model.results}" + "".join(f"\n  {path}" for path in model.samples.values()))
     return 0

@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Sequence
 
-from harness.errors import UserError
+from harness.errors import UserError, one_line_failure
 from harness.run.compare import describe_difference, field_differences, implementation_label
 from harness.gate.drift import forwards_per_token, output_drift, shared_docs
 from harness.gate.power import (NOT_GATED_POINTS, Power, clustered_power, items_needed, no_power, paired_power,
@@ -235,11 +235,8 @@ def main_gate(argv: list[str]) -> int:
         settings = settings_from_args(args)
         baseline, candidate = load_run(args.baseline), load_run(args.candidate)
         report = evaluate(baseline, candidate, settings)
-    except SystemExit as done:  # --help
-        return int(done.code or 0)
-    except UserError as error:
-        print(f"gate: error: {error}", file=sys.stderr)
-        return NOT_COMPARABLE
+    except (SystemExit, UserError) as failure:
+        return one_line_failure("gate", failure, status=NOT_COMPARABLE)
     print(format_report(report))
     return REGRESSION if report.failed else PASS
 

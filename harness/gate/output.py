@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from harness.errors import OneLineParser
 from harness.gate.power import NOT_GATED_POINTS, Power
 from harness.gate.verdict import GateError, GateReport, GateSettings
 
@@ -18,15 +19,8 @@ SPEED_LEGEND = ("speed: the tok/s columns are raw (the re-timing's median on CPU
                 "which the machine's load cancels out of")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage, so every bad input ends in one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise GateError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="run_eval.py gate", description="Fail when a candidate run regresses against a baseline run.")
+    p = OneLineParser(prog="run_eval.py gate", error=GateError, description="Fail when a candidate run regresses against a baseline run.")
     d = GateSettings
     p.add_argument("--baseline", required=True, help="baseline run folder or results JSON")
     p.add_argument("--candidate", required=True, help="candidate run folder or results JSON")

@@ -16,7 +16,6 @@ whether the run reproduces.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from harness.errors import USAGE_ERROR, UserError
+from harness.errors import USAGE_ERROR, OneLineParser, UserError, one_line_failure
 from harness.run.manifest import hardware
 from harness.run.folder import RESULTS_NAME, Run, RunLoadError, load_run
 from harness.run.records import ResultEntry
@@ -248,11 +247,6 @@ def speed_entry(payload: dict[str, Any] | None, model: str, task: str) -> dict[s
     return next((r for r in payload["results"] if r.get("model") == model and r.get("task") == task), None)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SpeedError(message)
-
-
 def _names(values: Sequence[str] | None) -> tuple[str, ...] | None:
     return tuple(n for v in values for n in v.split(",") if n.strip()) if values else None
 
@@ -272,7 +266,7 @@ def speed_line(entry: dict[str, Any], result: ResultEntry | None) -> str:
 
 def main_gate_speed(argv: list[str]) -> int:
     """``run_eval.py gate-speed RUN``: write ``RUN/gate_speed.json`` and print one line per (model, task)."""
-    p = _Parser(prog="run_eval.py gate-speed",
+    p = OneLineParser(prog="run_eval.py gate-speed", error=SpeedError,
                 description="Re-time a finished run against a fixed reference workload, for the regression gate.")
     p.add_argument("run", type=Path, help="run folder (results.json plus samples/)")
     p.add_argument("--passes", type=int, default=SpeedSettings.passes, help="timed passes (default %(default)s)")
@@ -293,11 +287,8 @@ def main_gate_speed(argv: list[str]) -> int:
         settings = SpeedSettings(args.passes, args.samples, args.threads, args.device, _names(args.models),
                                  _names(args.tasks))
         payload = measure_run(run, settings)
-    except SystemExit as done:
-        return int(done.code or 0)
-    except UserError as error:
-        print(f"gate-speed: error: {error}", file=sys.stderr)
-        return USAGE_ERROR
+    except (SystemExit, UserError) as failure:
+        return one_line_failure("gate-speed", failure)
     except (ValueError, RuntimeError) as error:  # model loading and config errors of the adapters
         print(f"gate-speed: error: {str(error).splitlines()[0] if str(error) else type(error).__name__}",
               file=sys.stderr)

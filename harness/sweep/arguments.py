@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn
 
-from harness.errors import UsageError
+from harness.errors import OneLineParser
 from harness.sweep.plan import DEFAULT_PROMPTS, DEFAULT_REPEATS
 
 EPILOG = """\
@@ -33,14 +32,9 @@ Example: run_eval.py sweep --models tiny-refusion --tasks gsm8k --data fixtures 
 """
 
 
-class _SweepParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        raise UsageError(message)
-
-
 def build_sweep_parser(run: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The sweep's parser over ``run``, the run's parser (its options are the sweep's too)."""
-    p = _SweepParser(prog="run_eval.py sweep", parents=[run], add_help=False, conflict_handler="resolve",
+    p = OneLineParser(prog="run_eval.py sweep", parents=[run], add_help=False, conflict_handler="resolve",
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
                      description="Sweep decoding options and batch sizes; chart accuracy against tokens/s.")
     p.add_argument("-h", "--help", action="help", help="show this help and exit")
