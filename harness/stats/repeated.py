@@ -26,11 +26,6 @@ def by_item(samples: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return [sorted(item, key=lambda r: r.get("sample", 0)) for item in items.values()]
 
 
-def is_repeated(samples: Sequence[dict[str, Any]]) -> bool:
-    """Whether some item has more than one sample."""
-    return any(len(item) > 1 for item in by_item(samples))
-
-
 def pass_at_k(n: int, correct: int, k: int) -> float:
     """The unbiased estimator of the chance that at least one of k samples, drawn without replacement from n of
     which ``correct`` are right, is right: 1 - C(n - c, k) / C(n, k) (Chen et al. 2021)."""
@@ -62,12 +57,14 @@ def repeated_figures(samples: Sequence[dict[str, Any]], metric: str,
                      answer_key: str | None = None) -> dict[str, Any] | None:
     """results.json's ``repeated``: avg@K, pass@k for k = 1..K (0/1 metrics), maj@K (tasks with an extracted
     answer) and the agreement shares, each over the items; None when no item has more than one sample."""
-    items = [[float(r["scores"][metric]) for r in item if metric in (r.get("scores") or {})]
-             for item in by_item(samples)]
-    scored_items = [(item, values) for item, values in zip(by_item(samples), items) if values]
-    if not scored_items or max(len(values) for _, values in scored_items) < 2:
+    scored_items = []
+    for item in by_item(samples):
+        values = [float(r["scores"][metric]) for r in item if metric in (r.get("scores") or {})]
+        if values:
+            scored_items.append((item, values))
+    k_max = max((len(values) for _, values in scored_items), default=0)
+    if k_max < 2:
         return None
-    k_max = max(len(values) for _, values in scored_items)
     binary = all(v in (0.0, 1.0) for _, values in scored_items for v in values)
     out: dict[str, Any] = {
         "samples_per_item": k_max,
