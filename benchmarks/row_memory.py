@@ -1,5 +1,6 @@
-"""Peak bytes a row in flight costs outside the network, counted (not RSS): plain LLaDA and Dream streams at the
-released vocabulary sizes (LLaDA 126464, Dream 152064) and a 512-token canvas.
+"""Peak bytes a row in flight costs outside the network, counted (not RSS): plain LLaDA and Dream streams and
+Fast-dLLM v1's (prefix cache) at the released vocabulary sizes (LLaDA 126464, Dream
+152064) and a 512-token canvas.
 
 Every tensor an aten op returns is counted from its creation until the last tensor on its storage is freed; the
 peak is read between ops outside the network's calls, so it holds what the decoder keeps and makes (the slot pools,
@@ -31,6 +32,8 @@ from benchmarks.common.networks import tiny_network
 from benchmarks.common.table import Table, columns
 from benchmarks.common.verdict import Report
 from models.decoders.dream import DreamConfig, dream_stream
+from models.decoders.fastdllm.dream_sampler import FastDreamConfig, fastdllm_dream_stream
+from models.decoders.fastdllm.llada_sampler import FastLLaDAConfig, fastdllm_llada_stream
 from models.decoders.llada import LLaDAConfig, llada_stream
 from models.decoders.sampling import row_seed
 
@@ -101,25 +104,38 @@ class FullHead(torch.nn.Module):
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         return self.network(*args, **kwargs)
 
+    def new_cache(self, batch: int, capacity: int) -> Any:
+        return self.network.new_cache(batch, capacity)
+
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # llada | dream
+    kind: str  # llada | dream: the network
+    stream: Callable[..., Iterator[Any]]
     config: Callable[[int], Any]  # canvas -> config
     seeded: bool = False
 
 
+def llada(canvas: int, **options: Any) -> LLaDAConfig:
+    return LLaDAConfig(**{"gen_length": canvas, "steps": canvas, "block_length": 32, "mask_id": VOCAB["llada"] - 1,
+                          "eos_id": 0, "eot_id": 1, **options})
+
+
+def dream(canvas: int, **options: Any) -> DreamConfig:
+    return DreamConfig(**{"max_new_tokens": canvas, "steps": canvas, "mask_id": VOCAB["dream"] - 1, "eos_ids": (0,),
+                          **options})
+
+
 CASES = [
-    Case("llada greedy", "llada", lambda canvas: LLaDAConfig(gen_length=canvas, steps=canvas, block_length=32,
-                                                             mask_id=VOCAB["llada"] - 1, eos_id=0, eot_id=1)),
-    Case("llada T=0.8, row seeds", "llada", lambda canvas: LLaDAConfig(
-        gen_length=canvas, steps=canvas, block_length=32, temperature=0.8, mask_id=VOCAB["llada"] - 1, eos_id=0,
-        eot_id=1), seeded=True),
-    Case("dream entropy", "dream", lambda canvas: DreamConfig(max_new_tokens=canvas, steps=canvas,
-                                                              mask_id=VOCAB["dream"] - 1, eos_ids=(0,))),
+    Case("llada greedy", "llada", llada_stream, llada),
+    Case("llada T=0.8, row seeds", "llada", llada_stream, lambda canvas: llada(canvas, temperature=0.8), seeded=True),
+    Case("dream entropy", "dream", dream_stream, dream),
+    Case("fast-dllm llada, prefix cache", "llada", fastdllm_llada_stream,
+         lambda canvas: FastLLaDAConfig(llada(canvas), cache="prefix")),
+    Case("fast-dllm dream, prefix cache", "dream", fastdllm_dream_stream,
+         lambda canvas: FastDreamConfig(dream(canvas, steps=canvas // 32), cache="prefix")),
 ]
-STREAMS = {"llada": llada_stream, "dream": dream_stream}
 
 
 def network_for(kind: str, dtype: torch.dtype) -> torch.nn.Module:
@@ -133,7 +149,7 @@ def peak(case: Case, network: torch.nn.Module, rows: int, prompt: int, canvas: i
     seeds = tuple(row_seed(0, str(i)) for i in range(rows)) if case.seeded else None
     modules = [network] + ([network.network] if isinstance(network, FullHead) else [])
     with torch.inference_mode(), LiveBytes(modules) as counted:
-        steps: Iterator[Any] = STREAMS[case.kind](network, prompts, case.config(canvas), rows, seeds)
+        steps: Iterator[Any] = case.stream(network, prompts, case.config(canvas), rows, seeds)
         for _ in itertools.islice(steps, rounds):
             pass
         del steps

@@ -149,7 +149,8 @@ class RowPool:
              ints: Callable[[FastRow], Sequence[int]]) -> Window:
         """One forward of ``rows`` (a full forward when ``opening`` or without a cache, else the mode's window) and
         their blocks. ``shift``: Dream's logits (position i scored by the output at i - 1; a call's first column by
-        its own). ``scored``: how many of each block's first columns the step reads (the logits kept)."""
+        its own). ``scored``: how many of each block's first columns the step reads: the LM head runs at those cells
+        alone where the network can (``reads_cells``), so no call holds [rows, canvas, vocab] logits."""
         rows = sorted(rows, key=lambda row: row.slot)  # consecutive ascending slots: the cache part is a view
         took_part(rows)
         extra = [list(ints(row)) for row in rows]
@@ -160,53 +161,60 @@ class RowPool:
         known = [row.width for row in rows]
         length = rows[0].end - rows[0].start
         columns = starts[:, None] + self.span[:length]
-        if self.mode == "none" or opening:
-            logits, block = self._full(rows, slots, widths, known, columns)
-            read = (columns - 1).clamp_min(0) if shift else columns
-            read = read[:, :scored, None].expand(-1, -1, logits.shape[-1])
-            logits = logits.gather(1, read)
+        full = self.mode == "none" or opening
+        # the cells read, as call columns: a full call's are the blocks' own, a window's start at its column 0;
+        # a shifted read takes the column before (a call's first column scores itself)
+        read = (columns if full else self.span[:length].expand(len(rows), -1))[:, :scored]
+        read = (read - 1).clamp_min(0) if shift else read
+        if full:
+            logits, block = self._full(rows, slots, widths, known, read)
+            block = block.gather(1, columns)
         else:
-            logits, block = self._window(rows, slots, starts, widths, known, length)
-            if shift:  # the window's first column scores itself (it is never a mask: the block start commits it)
-                logits = torch.cat([logits[:, :1], logits[:, :scored - 1]], dim=1)
-            else:
-                logits = logits[:, :scored]
+            logits, block = self._window(rows, slots, starts, widths, known, length, read)
         return Window(rows, slots, columns, meta[3], meta[4:], block, logits, opening and self.mode != "none")
 
+    def _logits(self, ids: torch.Tensor, read: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        """[n, k, V]: the network's logits of ``ids`` [n, w] at the call columns ``read`` [n, k] of each row, the
+        head computed there alone where the network can, else gathered from every column's."""
+        n, width = ids.shape
+        if getattr(self.network, "reads_cells", False):
+            flat = (read + torch.arange(n, device=ids.device)[:, None] * width).reshape(-1)
+            return as_logits(self.network(ids, read=flat, **kwargs)).view(*read.shape, -1)
+        logits = as_logits(self.network(ids, **kwargs))
+        return logits.gather(1, read[:, :, None].expand(-1, -1, logits.shape[-1]))
+
     def _full(self, rows: list[FastRow], slots: torch.Tensor, widths: torch.Tensor, known: list[int],
-              columns: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of every column of ``rows`` (right-padded to the widest) and their blocks; cached, each row's slot
-        refilled from column 0 (prefix: kept up to its block)."""
+              read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits at ``read`` of every column of ``rows`` (right-padded to the widest) and the rows' ids; cached,
+        each row's slot refilled from column 0 (prefix: kept up to its block)."""
         width = max(known)
         ids = self.canvas[:, :width].index_select(0, slots)
         mask = self._key_mask(widths, known, width)
         if self.cache is None:
-            logits = as_logits(self.network(ids, attention_mask=mask))
-        else:
-            with self.cache.at([row.slot for row in rows]) as part:
-                part.truncate_all(0)
-                logits = as_logits(self.network(ids, attention_mask=mask, cache=part,
-                                                reservation=part.reserve(width)))
-                for b, row in enumerate(rows):
-                    part.truncate(b, row.start if self.mode == "prefix" else row.width)
-        return logits, ids.gather(1, columns)
+            return self._logits(ids, read, attention_mask=mask), ids
+        with self.cache.at([row.slot for row in rows]) as part:
+            part.truncate_all(0)
+            logits = self._logits(ids, read, attention_mask=mask, cache=part, reservation=part.reserve(width))
+            for b, row in enumerate(rows):
+                part.truncate(b, row.start if self.mode == "prefix" else row.width)
+        return logits, ids
 
     def _window(self, rows: list[FastRow], slots: torch.Tensor, starts: torch.Tensor, widths: torch.Tensor,
-                known: list[int], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits of the window of every row, its query j at column ``start + j``, and the rows' blocks: dual, the
-        block written over its slot's columns against the whole cache; prefix, the block and all after it
-        (right-padded) against the cached prefix, their K/V dropped after."""
+                known: list[int], length: int, read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits at ``read`` of the window of every row, its query j at column ``start + j``, and the rows'
+        blocks: dual, the block written over its slot's columns against the whole cache; prefix, the block and all
+        after it (right-padded) against the cached prefix, their K/V dropped after."""
         with self.cache.at([row.slot for row in rows]) as part:
             if self.mode == "dual":
                 ids = self.canvas[slots[:, None], starts[:, None] + self.span[:length]]
                 plan = part.overwrite([row.start for row in rows], length)
                 mask = self._key_mask(widths, known, plan.key_len)
-                return as_logits(self.network(ids, attention_mask=mask, cache=part, reservation=plan)), ids
+                return self._logits(ids, read, attention_mask=mask, cache=part, reservation=plan), ids
             queries = max(row.width - row.start for row in rows)
             ids = self.canvas[slots[:, None], starts[:, None] + self.span[:queries]]
             with part.claim(queries, keep=0) as plan:
                 mask = self._key_mask(widths, known, plan.key_len)
-                logits = as_logits(self.network(ids, attention_mask=mask, cache=part, reservation=plan))
+                logits = self._logits(ids, read, attention_mask=mask, cache=part, reservation=plan)
             return logits, ids[:, :length]
 
 
