@@ -122,11 +122,12 @@ class EndsAt(torch.nn.Module):
         logits = self.inner.causal_forward(input_ids, cache, read=read)
         return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
 
-    def block_forward(self, input_ids, position_ids, cache, block_length, write):
+    def block_forward(self, input_ids, position_ids, cache, block_length, write, read=None):
         positions = torch.arange(position_ids.start, position_ids.stop, device=input_ids.device)[None] \
             if isinstance(position_ids, range) else position_ids
-        logits = self.inner.block_forward(input_ids, position_ids, cache, block_length, write)
-        return self._ended(logits, positions.expand_as(input_ids))
+        logits = self.inner.block_forward(input_ids, position_ids, cache, block_length, write, read=read)
+        positions = positions.expand_as(input_ids)
+        return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
 
     def forward(self, input_ids, position_ids, ragged=None, **kwargs):
         logits = self.inner(input_ids, position_ids=position_ids, ragged=ragged, **kwargs)

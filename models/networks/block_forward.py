@@ -79,26 +79,28 @@ class BlockForward:
                         self.config.dim_per_head, w.dtype, w.device)
 
     def block_forward(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
-                      write: bool | int | Sequence[int]) -> Tensor:
+                      write: bool | int | Sequence[int], read: Tensor | None = None) -> Tensor:
         """Logits [B, L, vocab], unshifted, of L new entries at ``position_ids`` [B|1, L] (or a range every row
         shares, which spares the one-block test its read), which attend to every live cached entry of their row and
         to each other block-causally (``block_causal_mask``): one call for a prefill
         of whole blocks and for one block. ``write``: how many of the new entries, from the left, keep their K/V
         (True: all, a commit; False: none, a peek, the columns past each row's length then hold garbage; a count
         in between: a commit fused with the next block's peek; a count per row: rows in flight at different
-        phases)."""
-        with self.block_forward_call(input_ids, position_ids, cache, block_length, write) as step:
+        phases). ``read``: flat cells of [B * L]; the logits [M, vocab] there, the LM head computed at those cells
+        alone (none at all for an empty ``read``; its float rounding may then differ from the full head's)."""
+        with self.block_forward_call(input_ids, position_ids, cache, block_length, write, read=read) as step:
             return self.block_forward_step(*step)
 
     @contextmanager
     def block_forward_call(self, input_ids: Tensor, position_ids: Tensor | range, cache: KVBuffer, block_length: int,
-                           write: bool | int | Sequence[int], static: bool = False) -> Iterator[tuple[Any, ...]]:
+                           write: bool | int | Sequence[int], static: bool = False,
+                           read: Tensor | None = None) -> Iterator[tuple[Any, ...]]:
         """``block_forward``'s host half: the inputs checked and the cache's columns claimed for the call
         (``KVBuffer.claim``; ``static`` as a compiled step takes them); yields ``block_forward_step``'s arguments."""
         positions, one_block = block_positions(input_ids, position_ids, cache, block_length)
         keep = input_ids.shape[1] if write is True else write if isinstance(write, Sequence) else int(write)
         with cache.claim(input_ids.shape[1], keep=keep, static=static) as plan:
-            yield input_ids, positions, cache, plan, block_length, one_block
+            yield input_ids, positions, cache, plan, block_length, one_block, read
 
     def block_forward_step(self, input_ids: Tensor, positions: Tensor, cache: KVBuffer, plan: Reservation,
                            block_length: int, one_block: bool | None = None, read: Tensor | None = None) -> Tensor:
@@ -125,8 +127,8 @@ class BlockForward:
         else:
             positions = torch.tensor(cache.lengths, device=input_ids.device)[:, None] + torch.arange(
                 length, device=input_ids.device)
-        with self.block_forward_call(input_ids, positions, cache, 1, True, static) as step:
-            yield *step, read
+        with self.block_forward_call(input_ids, positions, cache, 1, True, static, read) as step:
+            yield step
 
     causal_forward_step = block_forward_step
 

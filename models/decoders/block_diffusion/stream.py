@@ -16,10 +16,10 @@ ints on the host (``flight_rows``), and a round is planned on the host (``flight
    each is at — peeks, commit forwards, fused first peeks twice as wide (``fused_commit``) — gathered from the pool
    at their own positions, padded to the widest call, with a write count per row;
 2. applies the proposal and the commit rule (or LLaDA2.1's editing step) once per forward to every peeking row's
-   window ([rows, window, vocab], a view of the logits where the windows line up, else gathered with Fast-dLLM v2's
-   shift in the index), each row at its own step of its schedule (``RowWants``), and scatters the windows back with
-   their commit steps, each row's forward count; a prefill's or commit's last logit gives the next block's first
-   token (Fast-dLLM v2), for all such rows at once;
+   window ([rows, window, vocab]: the network's LM head computed at those cells alone, ``read_cells``, each row's
+   window where it lies, with Fast-dLLM v2's shift in the index), each row at its own step of its schedule
+   (``RowWants``), and scatters the windows back with their commit steps, each row's forward count; a prefill's or
+   commit's last logit gives the next block's first token (Fast-dLLM v2), for all such rows at once;
 3. reads back, in one transfer and only when some row's next call depends on it, each row's answer (``Answer``: masks
    left, end of sequence completed or held by its block, editing done, first token); the host then moves each row.
 
@@ -112,7 +112,8 @@ class _Flight:
         return [row.phase == "done" for row in rows]
 
     def forward(self, g: int, plan: ForwardPlan, sent: Sent) -> torch.Tensor:
-        """One forward of ``plan``'s calls, each row at its own positions, padded (``flight_plan``); its logits."""
+        """One forward of ``plan``'s calls, each row at its own positions, padded (``flight_plan``); its logits at the
+        cells the round reads (``read_cells``), [cells, vocab]."""
         calls, width = plan.calls, plan.width
         offsets = self.pool.columns[:width]
         if plan.rotated:  # a left-padded row's pads come first, at the positions after its call's columns
@@ -125,7 +126,28 @@ class _Flight:
             if part.lengths != lows:
                 raise RuntimeError(f"rows feed columns {lows} but their caches hold {part.lengths} entries")
             return self.network.block_forward(ids, positions, part, self.cfg.block_length,
-                                              keeps[0] if len(set(keeps)) == 1 else keeps)
+                                              keeps[0] if len(set(keeps)) == 1 else keeps,
+                                              read=self.read_cells(g, plan, sent))
+
+    def read_cells(self, g: int, plan: ForwardPlan, sent: Sent) -> torch.Tensor:
+        """The flat cells of forward ``g``'s [rows * width] logits that the round reads, so the LM head runs there
+        alone (none for a forward nobody reads): the rule set's windows in order (every row's from one column, or
+        each peeking row's, with Fast-dLLM v2's shift in the index), then each first token's column."""
+        width, sub, rule = plan.width, self.walk.sub, plan.rule
+        cells = []
+        if rule is not None and rule.window is not None:
+            rows = torch.arange(rule.size, device=self.device)
+            cells.append((rows[:, None] * width + rule.window + self.pool.columns[:sub]).flatten())
+        elif rule is not None:
+            offsets = sent[f"rb{g}"][:, None] + self.pool.columns[:sub]
+            if self.walk.shifted:
+                offsets = offsets.clamp(min=0)
+            cells.append((sent[f"rpos{g}"][:, None] * width + sent[f"ra{g}"][:, None] + offsets).flatten())
+        if plan.first:
+            cells.append(sent[f"fpos{g}"] * width + sent[f"flast{g}"])
+        if not cells:
+            return self.pool.columns[:0]
+        return cells[0] if len(cells) == 1 else torch.cat(cells)
 
     def update(self, plan: RoundPlan, logits: list[torch.Tensor], sent: Sent) -> list[tuple[FlightRow, Answer]]:
         """The rules over every forward's peeking rows, the first tokens, and the answers each row's next call
@@ -162,23 +184,16 @@ class _Flight:
                     if row is not None and id(row) not in told]
         return answers
 
-    def window_logits(self, g: int, plan: ForwardPlan, logits: torch.Tensor, sent: Sent) -> torch.Tensor:
-        """[rule set rows, window, vocab]: a view of the forward's logits where the windows line up, else each
-        peeking row's window gathered."""
-        width, start = self.walk.sub, plan.rule.window
-        if start is not None:
-            return logits[:, start:start + width]
-        offsets = sent[f"rb{g}"][:, None] + self.pool.columns[:width]
-        if self.walk.shifted:
-            offsets = offsets.clamp(min=0)
-        return logits[sent[f"rpos{g}"][:, None], sent[f"ra{g}"][:, None] + offsets]
+    def window_logits(self, plan: ForwardPlan, logits: torch.Tensor) -> torch.Tensor:
+        """[rule set rows, window, vocab]: the first cells the forward read (``read_cells``), as a view."""
+        return logits[:plan.rule.size * self.walk.sub].view(plan.rule.size, self.walk.sub, -1)
 
     def peek(self, g: int, plan: ForwardPlan, logits: torch.Tensor, sent: Sent, reads: bool) -> torch.Tensor | None:
         """The commit rule (or editing step) over forward ``g``'s rule set at once, written back; where the round
         reads, [rows, 2 or 3]: masks left (editing: the block done), end of sequence completed (``eos_filled``;
         editing: no mask before the step), block holds an end of sequence."""
         cfg, rule = self.cfg, plan.rule
-        window_logits = self.window_logits(g, plan, logits, sent)
+        window_logits = self.window_logits(plan, logits)
         index = self.pool.window(sent[f"rslot{g}"], sent[f"rlow{g}"], self.walk.sub)
         before = self.pool.state[:, index[0], index[1]]  # [3, rows, window]
         current, peeking = before[TOKENS], None if rule.window is None else (sent[f"ris{g}"] > 0)[:, None]
@@ -238,9 +253,9 @@ class _Flight:
     def first_tokens(self, plan: RoundPlan, logits: list[torch.Tensor], sent: Sent) -> torch.Tensor:
         """The next block's first token, the argmax of each prefill's or commit's last logit (Fast-dLLM v2), written
         with its commit step (the column held a mask and no step before); the tokens."""
-        last = [group_logits[sent[f"fpos{g}"], sent[f"flast{g}"]]
-                for g, (forward, group_logits) in enumerate(zip(plan.forwards, logits)) if forward.first]
-        tokens = (last[0] if len(last) == 1 else torch.cat(last)).argmax(dim=-1)
+        last = [group_logits[0 if forward.rule is None else forward.rule.size * self.walk.sub:].argmax(dim=-1)
+                for forward, group_logits in zip(plan.forwards, logits) if forward.first]
+        tokens = last[0] if len(last) == 1 else torch.cat(last)
         stamped = torch.where(tokens != self.cfg.mask_id, sent["fstamp"], 0)
         self.pool.state[:EDITS, sent["fslot"], sent["fcol"]] = torch.stack([tokens, stamped])
         return tokens

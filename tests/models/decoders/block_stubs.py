@@ -45,15 +45,17 @@ class RecomputeNetwork:
         return TokenHistory(torch.zeros(batch, 0, dtype=torch.long))
 
     def block_forward(self, ids: torch.Tensor, positions: range, cache: TokenHistory, block_length: int,
-                      write: int) -> torch.Tensor:
-        """``write``: how many of the new entries (from the left) join the history."""
+                      write: int, read: torch.Tensor | None = None) -> torch.Tensor:
+        """``write``: how many of the new entries (from the left) join the history; ``read``: the flat cells
+        returned (all when None)."""
         assert positions == range(cache.tokens.shape[1], cache.tokens.shape[1] + ids.shape[1])  # the decoder's columns
         self.calls.append((positions.start, ids.shape[1], int(write)))
         full = torch.cat([cache.tokens.to(ids.device), ids], dim=1)
         everywhere = torch.arange(full.shape[1], device=ids.device)[None]
         logits = self.logits_of(full, everywhere, block_causal(everywhere, block_length))
         cache.tokens = full[:, :cache.tokens.shape[1] + int(write)]
-        return logits[:, -ids.shape[1]:]
+        logits = logits[:, -ids.shape[1]:]
+        return logits if read is None else logits.flatten(0, 1)[read]
 
 
 def native_logits(network: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -166,12 +166,12 @@ class Limited:
     def new_cache(self, *args: Any) -> Any:
         return self.network.new_cache(*args)
 
-    def block_forward(self, ids: torch.Tensor, positions: range, *args: Any) -> torch.Tensor:
+    def block_forward(self, ids: torch.Tensor, positions: range, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.forwards += 1
         self.fed.append((positions.start, ids.shape[1], bool(args[-1])))
         if self.forwards > FORWARD_LIMIT:
             raise RuntimeError(f"more than {FORWARD_LIMIT} forwards: the decode stalled")
-        return self.network.block_forward(ids, positions, *args)
+        return self.network.block_forward(ids, positions, *args, **kwargs)
 
 
 def harness(network: Any, prompts: tuple[tuple[int, ...], ...], cfg: BlockDiffusionConfig, fed: list | None = None):

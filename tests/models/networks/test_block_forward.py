@@ -120,6 +120,24 @@ def test_positions_as_a_range_give_the_same_logits_and_no_host_read(net):
 
 
 @torch.no_grad()
+def test_the_head_at_the_cells_read_is_the_full_head_there(net):
+    """``read`` (flat cells of [B * L]) gives the full forward's logits at those cells, in that order, and writes the
+    cache as the full forward does; an empty ``read`` computes no head and still writes it."""
+    ids = tokens(net, 2, 3 * BLOCK, 5)
+    caches, outs = [], []
+    for read in (None, torch.tensor([9, 0, 5, 5, 11]), torch.tensor([], dtype=torch.long)):
+        cache = net.new_cache(2, 3 * BLOCK)
+        net.block_forward(ids[:, :BLOCK], range(0, BLOCK), cache, BLOCK, write=True)
+        outs.append(net.block_forward(ids[:, BLOCK:], range(BLOCK, 3 * BLOCK), cache, BLOCK, write=BLOCK, read=read))
+        caches.append(cache)
+    full, cells, nothing = outs
+    torch.testing.assert_close(cells, full.flatten(0, 1)[[9, 0, 5, 5, 11]])
+    assert nothing.shape == (0, full.shape[-1])
+    for cache in caches[1:]:
+        assert_same_cache(cache, caches[0].lengths, live(caches[0]))
+
+
+@torch.no_grad()
 def test_batch_rows_equal_each_row_alone(net):
     ids = tokens(net, 3, 3 * BLOCK, 4)
     cache = net.new_cache(3, 3 * BLOCK)
