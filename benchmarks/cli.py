@@ -42,6 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="small sizes: each runs and reports its targets (~2 min)")
     p.add_argument("--json", type=Path, default=None, help="write every benchmark's verdicts and output here")
     p.add_argument("--write-docs", action="store_true", help=f"rewrite the marked tables of {DOCS} from this run")
+    p.add_argument("--from-json", type=Path, nargs="+", default=None, metavar="JSON",
+                   help="run nothing: the summary (and --write-docs) from earlier runs' --json files, a long run in "
+                        "parts (a benchmark in several: the last file's)")
     p.add_argument("--docs", type=Path, default=REPO / DOCS, help=argparse.SUPPRESS)
     p.add_argument("--device", default=None, help="run the GPU subset on this device (cuda; cpu checks the path)")
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)  # a --device child
@@ -83,6 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path = options.json or (Path(os.environ["OUT"]) / "benchmarks.json" if options.device and "OUT" in os.environ
                                  else None)
     began = time.perf_counter()
+    if options.from_json:
+        records = saved_records(p, options.from_json)
+        suite = environment(None, False, 0.0)
+        print_summary(records, sum(r["seconds"] for r in records))
+        if options.write_docs:
+            for line in write_docs(options.docs, suite, records, every=[b.name for b in quick_set()]):
+                print(line)
+        return 1 if any(r["status"] != "ok" for r in records) else 0
     if options.device and not options.in_process:
         records = [run_isolated(b, options, extra) for b in chosen]
     else:
@@ -98,6 +109,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in write_docs(options.docs, suite, records, every=[b.name for b in quick_set()]):
             print(line)
     return 1 if any(r["status"] != "ok" for r in records) else 0
+
+
+def saved_records(p: argparse.ArgumentParser, paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """The records of earlier runs' JSON files, each with its run's ``suite``, one per benchmark (the last file's),
+    in the registry's order; a file that is not such a JSON is one line."""
+    found: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        try:
+            saved = json.loads(path.read_text())
+            found.update((r["name"], r | {"suite": saved["suite"]}) for r in saved["benchmarks"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            p.error(f"{path} is not the JSON of a `python -m benchmarks --json` run ({error}); pass those files")
+    return [found[b.name] for b in BENCHMARKS if b.name in found]
 
 
 class _Tee(io.TextIOBase):

@@ -5,8 +5,8 @@ run rather than from hand copies that go stale. A block is
     ... (replaced: a provenance line, then the benchmark's output) ...
     <!-- benchmark:NAME end -->
 
-and ``NAME`` is a benchmark of the registry, or ``summary`` (every verdict of a run of the whole quick set). Text
-outside the markers is never touched."""
+and ``NAME`` is a benchmark of the registry, or ``summary`` (every verdict of the whole quick set, from one run or
+from the JSON of runs in parts: ``--from-json``). Text outside the markers is never touched."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 DOCS = "docs/benchmarks.md"
 SUMMARY = "summary"
@@ -75,8 +75,10 @@ def render(suite: dict[str, Any], record: dict[str, Any]) -> str:
     return f"{provenance(suite, record)}\n\n```\n{record['output'].strip()}\n```\n"
 
 
-def render_summary(suite: dict[str, Any], records: Iterable[dict[str, Any]]) -> str:
-    lines = [f"Every verdict of `{suite['command']}` on {suite['machine']}, {suite['date']}:", "",
+def render_summary(suite: dict[str, Any], records: Sequence[dict[str, Any]]) -> str:
+    runs = list(dict.fromkeys(f"`{s['command']}` on {s['machine']}, {s['date']}"
+                              for s in (record.get("suite", suite) for record in records)))
+    lines = [f"Every verdict of {'; '.join(runs)}:", "",
              "| benchmark | check | target | measured | verdict |", "|---|---|---|---|---|"]
     for record in records:
         for v in record["verdicts"]:
@@ -87,13 +89,14 @@ def render_summary(suite: dict[str, Any], records: Iterable[dict[str, Any]]) -> 
 
 def write_docs(path: Path, suite: dict[str, Any], records: Sequence[dict[str, Any]], every: Sequence[str]) -> list[str]:
     """Rewrites the blocks of the benchmarks that ran cleanly (the summary only when every one of ``every`` did);
-    returns what it did, a line each."""
+    returns what it did, a line each. A record read back from an earlier run's JSON carries that run's ``suite``,
+    which its provenance line then states."""
     text = path.read_text()
     names = {b.name for b in blocks(text)}
     ran = {r["name"]: r for r in records if r["status"] == "ok"}
-    contents = {name: render(suite, r) for name, r in ran.items() if name in names}
+    contents = {name: render(r.get("suite", suite), r) for name, r in ran.items() if name in names}
     if SUMMARY in names and set(every) <= set(ran):
-        contents[SUMMARY] = render_summary(suite, (ran[name] for name in every))
+        contents[SUMMARY] = render_summary(suite, [ran[name] for name in every])
     path.write_text(replace(text, contents))
     left = sorted(names - set(contents))
     return [f"{path}: rewrote {', '.join(sorted(contents)) or 'nothing'}"

@@ -197,6 +197,33 @@ def test_write_docs_leaves_blocks_of_benchmarks_that_did_not_run(tmp_path):
     assert lines == [f"{docs}: rewrote decoders; left as they were: step_ops, summary"]
 
 
+def test_a_run_in_parts_writes_the_summary_from_its_json_files(tmp_path):
+    """``--from-json`` runs nothing: each block states its own run, the summary every verdict of the parts; a file
+    that is no run's JSON is a one-line error."""
+    docs = tmp_path / "benchmarks.md"
+    shutil.copy(DOCS, docs)
+    names = [b.name for b in quick_set()]
+    parts = []
+    for i, chunk in enumerate((names[:3], names[3:])):
+        suite = {"machine": f"box {i}", "load_average": 1.0, "date": f"2026-01-0{i + 1}",
+                 "command": f"python -m benchmarks {' '.join(chunk)} --json part{i}.json"}
+        parts.append(tmp_path / f"part{i}.json")
+        parts[-1].write_text(json.dumps({"suite": suite, "benchmarks": [record(n, f"ran {n}") for n in chunk]}))
+    done = run_suite("--from-json", *map(str, parts), "--write-docs", "--docs", str(docs))
+    assert done.returncode == 0, done.stderr
+    text = docs.read_text()
+    summary = next(text[b.start:b.end] for b in blocks(text) if b.name == SUMMARY)
+    assert f"`python -m benchmarks {names[0]} " in summary and "on box 0, 2026-01-01" in summary
+    assert "on box 1, 2026-01-02" in summary
+    assert all(f"| `{name}` | {name} check | >= 1 | 1.5 | PASS |" in summary for name in names)
+    block = next(text[b.start:b.end] for b in blocks(text) if b.name == names[-1])
+    assert "on box 1, load average 1.0, 1 torch thread(s), 2026-01-02" in block and f"ran {names[-1]}" in block
+    (tmp_path / "bad.json").write_text("{}")
+    done = run_suite("--from-json", str(tmp_path / "bad.json"))
+    assert done.returncode == 2 and "is not the JSON of a `python -m benchmarks --json` run" in \
+        done.stderr.splitlines()[-1]
+
+
 @pytest.mark.parametrize("text", [
     "<!-- benchmark:a begin -->\n",
     "<!-- benchmark:a end -->\n",
