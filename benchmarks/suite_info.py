@@ -40,4 +40,15 @@ def environment(device: str | None, quick: bool, seconds: float) -> dict[str, An
     return {"machine": machine(device), "load_average": load, "device": device or "as each benchmark defaults",
             "quick": quick, "date": datetime.date.today().isoformat(), "seconds": round(seconds, 1),
             "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "command": " ".join(["python -m benchmarks", *sys.argv[1:]])}
+            "transformers": transformers.__version__, "command": command(sys.argv[1:])}
+
+
+def command(arguments: list[str]) -> str:
+    """The run's command line as the docs quote it: where it wrote (``--json FILE``) is the caller's, not the run's."""
+    kept, skip = [], False
+    for argument in arguments:
+        if skip or argument == "--json" or argument.startswith("--json="):
+            skip = argument == "--json"
+            continue
+        kept.append(argument)
+    return " ".join(["python -m benchmarks", *kept])

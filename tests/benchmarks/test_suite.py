@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.docs_writer import SUMMARY, MarkerError, blocks, replace, write_docs
 from benchmarks.registry import BENCHMARKS, BY_NAME, quick_set
+from benchmarks.suite_info import command
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "benchmarks.md"
@@ -222,6 +223,11 @@ def test_a_run_in_parts_writes_the_summary_from_its_json_files(tmp_path):
     done = run_suite("--from-json", str(tmp_path / "bad.json"))
     assert done.returncode == 2 and "is not the JSON of a `python -m benchmarks --json` run" in \
         done.stderr.splitlines()[-1]
+
+
+def test_the_command_the_docs_quote_leaves_out_where_the_json_went():
+    assert command(["decoders", "--json", "/somewhere/a.json", "--quick"]) == "python -m benchmarks decoders --quick"
+    assert command(["--json=b.json", "step_ops"]) == "python -m benchmarks step_ops"
 
 
 @pytest.mark.parametrize("text", [
