@@ -148,6 +148,26 @@ def test_fastdllm_llada_rows_in_flight_decode_as_alone(cache, name):
     assert_rows_decode_alone(FAST_LLADA, native(tiny_llada_config(V)), config, SEEDS if samples else None)
 
 
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_fastdllm_rows_in_flight_read_the_full_head_where_a_network_has_no_read(kind, cache):
+    """The rows' calls ask the head at the cells a step reads (``read=``); a network without it hands back every
+    column's logits and the stream gathers them, with the same tokens."""
+    decoder, network = (FAST_LLADA, native(tiny_llada_config(V))) if kind == "llada" else \
+        (FAST_DREAM, native(tiny_dream_config(V)))
+    config = dataclasses.replace(FAST_LLADAS["threshold"] if kind == "llada" else FAST_DREAMS["threshold"], cache=cache)
+    prompts = [torch.tensor(p) for p in PROMPTS]
+    asked = []
+    network.register_forward_pre_hook(lambda _, args, kwargs: asked.append(kwargs.get("read") is not None),
+                                      with_kwargs=True)
+    cells = drain(decoder.stream(network, prompts, config, ROWS, None), ROWS)
+    assert asked and all(asked)
+    network.reads_cells, asked[:] = False, []
+    full = drain(decoder.stream(network, prompts, config, ROWS, None), ROWS)
+    assert asked and not any(asked)
+    assert {i: r.token_ids for i, r in cells.items()} == {i: r.token_ids for i, r in full.items()}
+
+
 FAST_DREAM_BASE = dataclasses.replace(DREAM_BASE, max_new_tokens=16, steps=8)
 FAST_DREAMS = {
     "entropy": FastDreamConfig(FAST_DREAM_BASE, block_length=4, threshold=None),
