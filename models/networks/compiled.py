@@ -61,3 +61,8 @@ class CompiledNetwork(nn.Module):
 
     def new_cache(self, batch: int, capacity: int) -> Any:
         return self.network.new_cache(batch, capacity)
+
+    @property
+    def reads_cells(self) -> bool:
+        """Whether ``forward(read=)`` runs the LM head at given cells: the network's answer, compiled or not."""
+        return bool(getattr(self.network, "reads_cells", False))

@@ -96,6 +96,19 @@ def test_full_canvas_steps_share_a_graph(kind, graphs):
     assert counts[-1] == counts[-2] == counts[-3] <= 2
 
 
+@pytest.mark.parametrize("kind", ["llada", "dream"])
+@torch.no_grad()
+def test_the_head_at_the_cells_read_compiles(kind, graphs):
+    """A compiled network says it reads cells when its network does, so rows in flight ask it for the head at the
+    cells a step reads (``forward(read=)``), and the compiled call gives eager's logits there."""
+    net = network(kind)
+    fast = CompiledNetwork(net)
+    assert fast.reads_cells and net.reads_cells
+    kwargs = padding(kind, 16)
+    x, cells = tokens(2, 16, 1), torch.tensor([3, 17, 30, 31])
+    assert_close(fast(x, read=cells, **kwargs), net(x, read=cells, **kwargs))
+
+
 @torch.no_grad()
 def test_llada_at_explicit_positions_with_no_pad_compiles(graphs):
     """The forms eager reads a value back for: LLaDA's RoPE at explicit positions (its table is sized by their
