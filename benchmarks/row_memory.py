@@ -1,6 +1,5 @@
 """Peak bytes a row in flight costs outside the network, counted (not RSS): plain LLaDA and Dream streams and
-Fast-dLLM v1's (prefix cache) at the released vocabulary sizes (LLaDA 126464, Dream
-152064) and a 512-token canvas.
+Fast-dLLM v1's (prefix cache) at the released vocabulary sizes (LLaDA 126464, Dream 152064) and a 512-token canvas.
 
 Every tensor an aten op returns is counted from its creation until the last tensor on its storage is freed; the
 peak is read between ops outside the network's calls, so it holds what the decoder keeps and makes (the slot pools,
