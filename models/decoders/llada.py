@@ -20,7 +20,7 @@ from models.decoders.contract import (ConfigError, DecodeOutput, Decoder, Step, 
 from models.decoders.canvas_pool import CanvasPool
 from models.decoders.flight import fly, took_part
 from models.decoders.sampling import (Draws, add_gumbel_noise, as_logits, check_inputs, host_ints, llada_step_counts,
-                                      row_starts, top_counts)
+                                      logits_at, row_starts, top_counts)
 
 Network = Callable[..., Any]
 Remasking = Literal["low_confidence", "random"]
@@ -308,13 +308,10 @@ class _Flight:
                cells: torch.Tensor) -> torch.Tensor:
         """[n, w, V]: the logits at each row's window ``cells`` [n, w] (CFG applied), the head computed at those
         cells alone when the network can, else gathered from the whole canvas's."""
-        n, width = ids.shape
+        width = ids.shape[1]
         prompt_index = None if self.prompt_index is None else self.prompt_index.index_select(0, prompts)[:, :width]
-        if not self.reads_cells:
-            logits = _forward(self.network, ids, attention_mask, prompt_index, self.cfg)
-            return logits.gather(1, cells.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
-        flat = (cells + torch.arange(n, device=ids.device)[:, None] * width).reshape(-1)
-        return _forward(self.network, ids, attention_mask, prompt_index, self.cfg, flat).view(*cells.shape, -1)
+        return logits_at(lambda read: _forward(self.network, ids, attention_mask, prompt_index, self.cfg, read),
+                         cells, width, self.reads_cells)
 
     def drawn(self, rows: list[_Row], logits: torch.Tensor, widths: list[int],
               windows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

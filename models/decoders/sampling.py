@@ -26,6 +26,18 @@ def as_logits(output: Any) -> torch.Tensor:
     return logits
 
 
+def logits_at(forward: Callable[[torch.Tensor | None], torch.Tensor], cells: torch.Tensor, width: int,
+              reads_cells: bool) -> torch.Tensor:
+    """[n, k, V]: the logits at row i's columns ``cells[i]`` of a forward over [n, width] ids. Where the network
+    reads cells, ``forward(flat cells of [n * width])`` computes the LM head there alone; else ``forward(None)``
+    returns every column's and they are gathered. Rows in flight read a block of a canvas, not the canvas."""
+    if reads_cells:
+        flat = (cells + torch.arange(cells.shape[0], device=cells.device)[:, None] * width).reshape(-1)
+        return forward(flat).view(*cells.shape, -1)
+    logits = forward(None)
+    return logits.gather(1, cells[..., None].expand(-1, -1, logits.shape[-1]))
+
+
 def check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> None:
     """One-line errors for malformed decoder inputs: ids [B, P] and, if given, a mask of the same shape."""
     if input_ids.dim() != 2:

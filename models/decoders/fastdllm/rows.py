@@ -29,7 +29,7 @@ from torch.nn.utils.rnn import pad_sequence
 from models.decoders.contract import DecodeResult, committed, read_rows
 from models.decoders.fastdllm.core import CACHE_MODES, Network
 from models.decoders.flight import took_part
-from models.decoders.sampling import as_logits
+from models.decoders.sampling import as_logits, logits_at
 from models.networks.kv_buffer import SlotPool
 
 
@@ -86,6 +86,7 @@ class RowPool:
         slots = min(max_rows, len(prompts))
         self.network, self.mode, self.canvas_length, self.block_length, self.fill = \
             network, mode, canvas, block_length, fill
+        self.reads_cells = bool(getattr(network, "reads_cells", False))  # ``forward(read=)``: the head at cells
         self.prompt_lengths = [len(p) for p in prompts]
         self.widest = max(self.prompt_lengths) + canvas
         capacity = self.widest + (canvas if mode == "prefix" else 0)
@@ -174,14 +175,11 @@ class RowPool:
         return Window(rows, slots, columns, meta[3], meta[4:], block, logits, opening and self.mode != "none")
 
     def _logits(self, ids: torch.Tensor, read: torch.Tensor, **kwargs: Any) -> torch.Tensor:
-        """[n, k, V]: the network's logits of ``ids`` [n, w] at the call columns ``read`` [n, k] of each row, the
-        head computed there alone where the network can, else gathered from every column's."""
-        n, width = ids.shape
-        if getattr(self.network, "reads_cells", False):
-            flat = (read + torch.arange(n, device=ids.device)[:, None] * width).reshape(-1)
-            return as_logits(self.network(ids, read=flat, **kwargs)).view(*read.shape, -1)
-        logits = as_logits(self.network(ids, **kwargs))
-        return logits.gather(1, read[:, :, None].expand(-1, -1, logits.shape[-1]))
+        """[n, k, V]: the network's logits of ``ids`` [n, w] at the call columns ``read`` [n, k] of each row
+        (``sampling.logits_at``)."""
+        def forward(cells: torch.Tensor | None) -> torch.Tensor:
+            return as_logits(self.network(ids, **kwargs) if cells is None else self.network(ids, read=cells, **kwargs))
+        return logits_at(forward, read, ids.shape[1], self.reads_cells)
 
     def _full(self, rows: list[FastRow], slots: torch.Tensor, widths: torch.Tensor, known: list[int],
               read: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
