@@ -111,7 +111,9 @@ class EndsAt(torch.nn.Module):
     def new_cache(self, batch: int, capacity: int):
         return self.inner.new_cache(batch, capacity)
 
-    def _ended(self, logits: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def _ended(self, logits: torch.Tensor, positions: torch.Tensor, read: torch.Tensor | None = None) -> torch.Tensor:
+        """``logits`` of the entries at ``positions`` [B, L] (at its flat cells ``read`` when given) biased."""
+        positions = positions if read is None else positions.flatten().index_select(0, read)
         logits[..., self.eos] += self.bias * (positions >= self.stop).to(logits.dtype)
         return logits
 
@@ -119,15 +121,13 @@ class EndsAt(torch.nn.Module):
         device = input_ids.device
         positions = torch.as_tensor(cache.lengths, device=device)[:, None] + torch.arange(input_ids.shape[1],
                                                                                           device=device)
-        logits = self.inner.causal_forward(input_ids, cache, read=read)
-        return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
+        return self._ended(self.inner.causal_forward(input_ids, cache, read=read), positions, read)
 
     def block_forward(self, input_ids, position_ids, cache, block_length, write, read=None):
         positions = torch.arange(position_ids.start, position_ids.stop, device=input_ids.device)[None] \
             if isinstance(position_ids, range) else position_ids
         logits = self.inner.block_forward(input_ids, position_ids, cache, block_length, write, read=read)
-        positions = positions.expand_as(input_ids)
-        return self._ended(logits, positions.flatten().index_select(0, read) if read is not None else positions)
+        return self._ended(logits, positions.expand_as(input_ids), read)
 
     def forward(self, input_ids, position_ids, ragged=None, **kwargs):
         logits = self.inner(input_ids, position_ids=position_ids, ragged=ragged, **kwargs)

@@ -184,9 +184,14 @@ class _Flight:
                     if row is not None and id(row) not in told]
         return answers
 
+    def window_cells(self, plan: ForwardPlan) -> int:
+        """How many of the cells forward ``plan`` read are its rule set's windows (the first ones, ``read_cells``);
+        its first tokens' columns follow."""
+        return 0 if plan.rule is None else plan.rule.size * self.walk.sub
+
     def window_logits(self, plan: ForwardPlan, logits: torch.Tensor) -> torch.Tensor:
-        """[rule set rows, window, vocab]: the first cells the forward read (``read_cells``), as a view."""
-        return logits[:plan.rule.size * self.walk.sub].view(plan.rule.size, self.walk.sub, -1)
+        """[rule set rows, window, vocab]: the windows' cells of the forward's logits, as a view."""
+        return logits[:self.window_cells(plan)].view(plan.rule.size, self.walk.sub, -1)
 
     def peek(self, g: int, plan: ForwardPlan, logits: torch.Tensor, sent: Sent, reads: bool) -> torch.Tensor | None:
         """The commit rule (or editing step) over forward ``g``'s rule set at once, written back; where the round
@@ -253,7 +258,7 @@ class _Flight:
     def first_tokens(self, plan: RoundPlan, logits: list[torch.Tensor], sent: Sent) -> torch.Tensor:
         """The next block's first token, the argmax of each prefill's or commit's last logit (Fast-dLLM v2), written
         with its commit step (the column held a mask and no step before); the tokens."""
-        last = [group_logits[0 if forward.rule is None else forward.rule.size * self.walk.sub:].argmax(dim=-1)
+        last = [group_logits[self.window_cells(forward):].argmax(dim=-1)
                 for forward, group_logits in zip(plan.forwards, logits) if forward.first]
         tokens = last[0] if len(last) == 1 else torch.cat(last)
         stamped = torch.where(tokens != self.cfg.mask_id, sent["fstamp"], 0)
