@@ -86,21 +86,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path = options.json or (Path(os.environ["OUT"]) / "benchmarks.json" if options.device and "OUT" in os.environ
                                  else None)
     began = time.perf_counter()
-    if options.from_json:
+    if options.from_json:  # nothing runs: each record states its own run (``suite``)
         records = saved_records(p, options.from_json)
-        suite = environment(None, False, 0.0)
-        print_summary(records, sum(r["seconds"] for r in records))
-        if options.write_docs:
-            for line in write_docs(options.docs, suite, records, every=[b.name for b in quick_set()]):
-                print(line)
-        return 1 if any(r["status"] != "ok" for r in records) else 0
-    if options.device and not options.in_process:
+    elif options.device and not options.in_process:
         records = [run_isolated(b, options, extra) for b in chosen]
     else:
         records = [run_one(b, options.quick, options.device, extra) for b in chosen]
     suite = environment(options.device, options.quick, time.perf_counter() - began)
     if not options.in_process:  # a --device child: its parent sums up
-        print_summary(records, suite["seconds"])
+        print_summary(records, sum(r["seconds"] for r in records) if options.from_json else suite["seconds"])
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"suite": suite, "benchmarks": records}, indent=1) + "\n")
